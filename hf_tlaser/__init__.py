@@ -1,0 +1,28 @@
+"""hf_tlaser: T-LASER / cT-LASER multilingual sentence and document embeddings for Hugging Face Transformers."""
+
+from transformers import AutoConfig, AutoModel
+
+from hf_tlaser.encoding import encode
+from hf_tlaser.losses import distance_constraint_loss
+from hf_tlaser.models.laser import LaserConfig, LaserForTranslation, LaserModel
+from hf_tlaser.models.tlaser import TLaserConfig, TLaserForTranslation, TLaserModel
+from hf_tlaser.tokenization import save_tokenizer, train_tokenizer
+
+__version__ = "0.1.0"
+
+for _config, _model in ((TLaserConfig, TLaserModel), (LaserConfig, LaserModel)):
+    AutoConfig.register(_config.model_type, _config, exist_ok=True)
+    AutoModel.register(_config, _model, exist_ok=True)
+
+__all__ = [
+    "TLaserConfig",
+    "TLaserModel",
+    "TLaserForTranslation",
+    "LaserConfig",
+    "LaserModel",
+    "LaserForTranslation",
+    "distance_constraint_loss",
+    "encode",
+    "train_tokenizer",
+    "save_tokenizer",
+]

@@ -1,0 +1,67 @@
+"""Parallel corpora, cleaning, pair curriculum, token-budget batching and the translation collator."""
+
+from hf_tlaser.data.batching import (
+    MultiwayBatchSampler,
+    PairBatchSampler,
+    ParallelExamples,
+    sentence_lengths,
+)
+from hf_tlaser.data.cleaning import CleaningConfig, CleaningReport, clean_groups
+from hf_tlaser.data.collator import TranslationCollator, count_target_tokens
+from hf_tlaser.data.corpora import (
+    DEFAULT_TRAIN_CORPORA,
+    EVALUATION_CORPORA,
+    REGISTRY,
+    CorpusSpec,
+    corpus_texts,
+    load_corpora,
+    load_corpus,
+)
+from hf_tlaser.data.languages import BILINGUAL_PAIRS, DEFAULT_PAIRS, LANGUAGES, Pair, parse_pairs
+from hf_tlaser.data.paths import get_data_dir
+from hf_tlaser.data.pivot import join_on_english, normalize_whitespace
+from hf_tlaser.data.readers import (
+    DataFormatError,
+    from_hf_dataset,
+    group_features,
+    iter_lines,
+    read_aligned,
+    read_csv_aligned,
+    read_moses,
+    read_tsv,
+)
+
+__all__ = [
+    "BILINGUAL_PAIRS",
+    "DEFAULT_PAIRS",
+    "DEFAULT_TRAIN_CORPORA",
+    "EVALUATION_CORPORA",
+    "LANGUAGES",
+    "REGISTRY",
+    "CleaningConfig",
+    "CleaningReport",
+    "CorpusSpec",
+    "DataFormatError",
+    "MultiwayBatchSampler",
+    "Pair",
+    "PairBatchSampler",
+    "ParallelExamples",
+    "TranslationCollator",
+    "clean_groups",
+    "corpus_texts",
+    "count_target_tokens",
+    "from_hf_dataset",
+    "get_data_dir",
+    "group_features",
+    "iter_lines",
+    "join_on_english",
+    "load_corpora",
+    "load_corpus",
+    "normalize_whitespace",
+    "parse_pairs",
+    "read_aligned",
+    "read_csv_aligned",
+    "read_moses",
+    "read_tsv",
+    "sentence_lengths",
+]

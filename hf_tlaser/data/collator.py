@@ -1,0 +1,110 @@
+"""Collator producing the model's batch dict (the batch contract) from ``ParallelExamples`` items."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from hf_tlaser.data.languages import DEFAULT_PAIRS, LANGUAGES, Pair, check_languages
+
+IGNORE_INDEX = -100
+
+
+def count_target_tokens(batch: dict[str, torch.Tensor]) -> int:
+    """Number of target tokens (``labels != -100``) of a collated batch."""
+    return int((batch["labels"] != IGNORE_INDEX).sum())
+
+
+class TranslationCollator:
+    """Tokenize micro-batches into the batch contract.
+
+    Pair mode (items with ``src``/``tgt``; one pair a->b per batch): ``input_ids``/``attention_mask`` [B, S]
+    source in encoder format (``STR_TAG ... </s>``, right-padded); ``labels`` [B, L] target tokens + eos, padded
+    with -100; ``tgt_lang`` [B] index of b in ``languages``; with ``with_target_encoding`` also
+    ``tgt_input_ids``/``tgt_attention_mask`` (target in encoder format).
+
+    Multi-way mode (group items ``{lang: text}``): ``input_ids``/``attention_mask`` [N, S] every sentence that takes
+    part in a curriculum pair present in its group, once; per translation direction t: ``labels`` [T, L],
+    ``tgt_lang`` [T], ``src_index`` [T] (row of the source in input_ids); ``pair_index`` [T, 2] (source row,
+    target row) for the distance loss.
+    """
+
+    def __init__(
+        self, tokenizer: PreTrainedTokenizerBase, languages: Sequence[str] = LANGUAGES,
+        with_target_encoding: bool = False, pairs: Sequence[Pair] = DEFAULT_PAIRS, max_length: int | None = None,
+    ) -> None:
+        """``pairs``: curriculum directions (multi-way mode); ``max_length`` truncates sentences (default: none)."""
+        if tokenizer.eos_token_id is None:
+            raise ValueError("the tokenizer has no eos_token (expected '</s>')")
+        check_languages({lang for pair in pairs for lang in pair}, languages, what="language in pairs")
+        self.tokenizer, self.languages, self.pairs = tokenizer, list(languages), list(pairs)
+        self.with_target_encoding, self.max_length = with_target_encoding, max_length
+
+    def _encode(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        enc = self.tokenizer(texts, padding=True, padding_side="right", truncation=self.max_length is not None,
+                             max_length=self.max_length, return_tensors="pt")
+        return enc["input_ids"], enc["attention_mask"]
+
+    def _labels(self, texts: list[str]) -> torch.Tensor:
+        limit = None if self.max_length is None else self.max_length - 1
+        ids = [seq[:limit] + [self.tokenizer.eos_token_id]
+               for seq in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
+        labels = torch.full((len(ids), max(map(len, ids))), IGNORE_INDEX, dtype=torch.long)
+        for i, seq in enumerate(ids):
+            labels[i, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+        return labels
+
+    def __call__(self, examples: list[dict[str, str | None]]) -> dict[str, torch.Tensor]:
+        if not examples:
+            raise ValueError("empty micro-batch")
+        return self._pair_batch(examples) if "src" in examples[0] else self._multiway_batch(examples)
+
+    def _pair_batch(self, examples: list[dict[str, str | None]]) -> dict[str, torch.Tensor]:
+        pairs = {(ex["src_lang"], ex["tgt_lang"]) for ex in examples}
+        if len(pairs) != 1:
+            raise ValueError(f"a pair-mode micro-batch must hold one language pair, got {sorted(pairs)}")
+        (_, tgt_lang), = pairs
+        check_languages([tgt_lang], self.languages, what="target language")
+        sources = [ex["src"] for ex in examples]
+        targets = [ex["tgt"] for ex in examples]
+        input_ids, attention_mask = self._encode(sources)
+        batch = {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "labels": self._labels(targets),
+            "tgt_lang": torch.full((len(examples),), self.languages.index(tgt_lang), dtype=torch.long),
+        }
+        if self.with_target_encoding:
+            batch["tgt_input_ids"], batch["tgt_attention_mask"] = self._encode(targets)
+        return batch
+
+    def _multiway_batch(self, examples: list[dict[str, str | None]]) -> dict[str, torch.Tensor]:
+        sentences: list[str] = []
+        targets: list[str] = []
+        tgt_lang: list[int] = []
+        pair_index: list[tuple[int, int]] = []
+        for ex in examples:
+            directions = [(a, b) for a, b in self.pairs if ex.get(a) and ex.get(b)]
+            row_of = {}
+            for lang in self.languages:
+                if any(lang in direction for direction in directions):
+                    row_of[lang] = len(sentences)
+                    sentences.append(ex[lang])
+            for a, b in directions:
+                pair_index.append((row_of[a], row_of[b]))
+                targets.append(ex[b])
+                tgt_lang.append(self.languages.index(b))
+        if not targets:
+            raise ValueError(f"no curriculum pair {self.pairs} present in this micro-batch")
+        input_ids, attention_mask = self._encode(sentences)
+        pairs = torch.tensor(pair_index, dtype=torch.long)
+        return {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "labels": self._labels(targets),
+            "tgt_lang": torch.tensor(tgt_lang, dtype=torch.long),
+            "src_index": pairs[:, 0].clone(),
+            "pair_index": pairs,
+        }

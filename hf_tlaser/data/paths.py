@@ -1,0 +1,30 @@
+"""The one data-dir setting: where the shared public corpora live."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ENV_VAR = "HF_TLASER_DATA"
+
+
+def get_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
+    """Resolve the corpora folder.
+
+    Order: the ``data_dir`` argument, then ``$HF_TLASER_DATA``, then ``../shared/data`` next to the
+    current directory or next to the repository that holds this package.
+    """
+    if data_dir is None:
+        data_dir = os.environ.get(ENV_VAR)
+    if data_dir is not None:
+        path = Path(data_dir).expanduser()
+        if not path.is_dir():
+            raise FileNotFoundError(f"data dir {path} (from --data-dir / ${ENV_VAR}) does not exist")
+        return path
+    candidates = [Path.cwd() / ".." / "shared" / "data", Path(__file__).resolve().parents[3] / "shared" / "data"]
+    for path in candidates:
+        if path.is_dir():
+            return path.resolve()
+    raise FileNotFoundError(
+        f"no data dir found; pass --data-dir or set ${ENV_VAR} (looked in {', '.join(map(str, candidates))})"
+    )

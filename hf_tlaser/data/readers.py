@@ -1,0 +1,260 @@
+"""Readers that turn parallel text (aligned files, TSV, CSV, Hugging Face datasets) into group datasets.
+
+Every reader returns a memory-mapped ``datasets.Dataset`` in the canonical *group* schema: one string column per
+language (``None`` where the corpus has no such language, ``""`` for an empty line) plus ``corpus``. Files are
+streamed line by line through ``Dataset.from_generator``; lines are split on ``"\\n"`` only (U+0085 stays inside a
+line) and a trailing ``"\\r"`` is removed.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import itertools
+import logging
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import IO
+
+import datasets
+from datasets.exceptions import DatasetGenerationError
+
+from hf_tlaser.data.languages import LANGUAGES, check_languages
+
+logger = logging.getLogger(__name__)
+
+PathLike = str | os.PathLike
+
+
+class DataFormatError(ValueError):
+    """A corpus file that cannot be read as aligned text (misaligned, undecodable or malformed)."""
+
+
+def group_features(languages: Sequence[str] = LANGUAGES) -> datasets.Features:
+    """Features of the canonical group schema."""
+    return datasets.Features({**{lang: datasets.Value("string") for lang in languages}, "corpus": datasets.Value("string")})
+
+
+def _open_binary(path: Path) -> IO[bytes]:
+    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+
+
+def iter_lines(path: PathLike) -> Iterator[str]:
+    """Lines of a plain or gzipped UTF-8 file without ``"\\n"``/``"\\r"``; split on ``"\\n"`` only.
+
+    Raises DataFormatError naming the file and the 1-based line number on bytes that are not UTF-8.
+    """
+    path = Path(path)
+    with _open_binary(path) as handle:
+        for lineno, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise DataFormatError(f"{path}:{lineno}: not valid UTF-8 ({err.reason} at byte {err.start})") from None
+            if lineno == 1:
+                line = line.removeprefix("\ufeff")
+            yield line.rstrip("\r\n")
+
+
+def count_lines(path: PathLike) -> int:
+    """Number of lines of a plain or gzipped file (a last line without ``"\\n"`` counts)."""
+    with _open_binary(Path(path)) as handle:
+        return sum(1 for _ in handle)
+
+
+def _zip_aligned(streams: Mapping[str, Iterator[str]], names: Mapping[str, str], unit: str) -> Iterator[dict[str, str]]:
+    """Zip equally long streams; raise DataFormatError naming every source and its count if they differ."""
+    end = object()
+    count = 0
+    while True:
+        items = {key: next(stream, end) for key, stream in streams.items()}
+        finished = [key for key, item in items.items() if item is end]
+        if len(finished) == len(items):
+            return
+        if finished:
+            counts = {key: count + (0 if key in finished else 1 + sum(1 for _ in streams[key])) for key in streams}
+            detail = ", ".join(f"{names[key]} has {counts[key]} {unit}" for key in streams)
+            raise DataFormatError(f"misaligned parallel files: {detail}")
+        count += 1
+        yield items  # type: ignore[misc]
+
+
+def _group_rows(
+    streams: Mapping[str, Iterator[str]], names: Mapping[str, str], unit: str, corpus: str,
+    languages: Sequence[str], max_items: int | None,
+) -> Iterator[dict[str, str | None]]:
+    """Canonical rows from aligned streams, counting (and logging) empty lines per language."""
+    empty = dict.fromkeys(streams, 0)
+    for items in itertools.islice(_zip_aligned(streams, names, unit), max_items):
+        row: dict[str, str | None] = dict.fromkeys(languages)
+        for lang, text in items.items():
+            row[lang] = text.strip()
+            empty[lang] += not row[lang]
+        row["corpus"] = corpus
+        yield row
+    for lang, n in empty.items():
+        if n:
+            logger.info("%s: %d empty %s in %s (dropped by cleaning)", corpus, n, unit, names[lang])
+
+
+def _aligned_generator(
+    files: dict[str, str], corpus: str, languages: tuple[str, ...], max_lines: int | None, stamp: str
+) -> Iterator[dict[str, str | None]]:
+    del stamp  # only part of the cache fingerprint
+    streams = {lang: iter_lines(path) for lang, path in files.items()}
+    yield from _group_rows(streams, files, "lines", corpus, languages, max_lines)
+
+
+def _csv_fields(path: str, columns: tuple[int, ...]) -> Iterator[str]:
+    for rowno, fields in enumerate(csv.reader(iter_lines(path)), start=1):
+        if len(fields) <= max(columns):
+            raise DataFormatError(f"{path}: CSV row {rowno} has {len(fields)} fields, expected > {max(columns)}")
+        yield from (fields[c] for c in columns)
+
+
+def _csv_generator(
+    files: dict[str, str], columns: tuple[int, ...], corpus: str, languages: tuple[str, ...], max_rows: int | None,
+    stamp: str,
+) -> Iterator[dict[str, str | None]]:
+    del stamp
+    streams = {lang: _csv_fields(path, columns) for lang, path in files.items()}
+    max_items = None if max_rows is None else max_rows * len(columns)
+    yield from _group_rows(streams, files, "CSV fields", corpus, languages, max_items)
+
+
+def _tsv_generator(
+    path: str, columns: dict[str, int], n_fields: int | None, require_prefix: tuple[int, str] | None, corpus: str,
+    languages: tuple[str, ...], max_lines: int | None, stamp: str,
+) -> Iterator[dict[str, str | None]]:
+    del stamp
+    for lineno, line in enumerate(itertools.islice(iter_lines(path), max_lines), start=1):
+        fields = line.split("\t")
+        needed = n_fields if n_fields is not None else max(columns.values()) + 1
+        if len(fields) < needed or (n_fields is not None and len(fields) != n_fields):
+            raise DataFormatError(f"{path}:{lineno}: {len(fields)} tab-separated fields, expected {needed}")
+        if require_prefix is not None and not fields[require_prefix[0]].startswith(require_prefix[1]):
+            continue
+        row: dict[str, str | None] = dict.fromkeys(languages)
+        row.update({lang: fields[col].strip() for lang, col in columns.items()})
+        row["corpus"] = corpus
+        yield row
+
+
+def _stamp(paths: Sequence[PathLike]) -> str:
+    """Cache-busting fingerprint: a changed file must not reuse a cached Arrow table."""
+    parts = []
+    for path in paths:
+        stat = Path(path).stat()  # FileNotFoundError names the missing file
+        parts.append(f"{Path(path).resolve()}:{stat.st_size}:{stat.st_mtime_ns}")
+    return "|".join(parts)
+
+
+def _from_generator(generator, gen_kwargs: dict, languages: Sequence[str]) -> datasets.Dataset:
+    """``Dataset.from_generator`` that re-raises our DataFormatError instead of datasets' wrapper."""
+    try:
+        return datasets.Dataset.from_generator(generator, features=group_features(languages), gen_kwargs=gen_kwargs)
+    except DatasetGenerationError as err:
+        if isinstance(err.__cause__, DataFormatError):
+            raise err.__cause__ from None
+        raise
+
+
+def _check_files(files: Mapping[str, PathLike], languages: Sequence[str]) -> dict[str, str]:
+    check_languages(files, languages)
+    if not files:
+        raise ValueError("no files given")
+    return {lang: str(path) for lang, path in files.items()}
+
+
+def read_aligned(
+    files: Mapping[str, PathLike], corpus: str, languages: Sequence[str] = LANGUAGES, max_lines: int | None = None
+) -> datasets.Dataset:
+    """Read files aligned by line (one per language: Moses bitext or multi-way set; plain or .gz).
+
+    Raises DataFormatError if the files have different line counts or contain non-UTF-8 bytes.
+    """
+    files = _check_files(files, languages)
+    kwargs = dict(files=files, corpus=corpus, languages=tuple(languages), max_lines=max_lines,
+                  stamp=_stamp(list(files.values())))
+    return _from_generator(_aligned_generator, kwargs, languages)
+
+
+def moses_files(prefix: PathLike, langs: Sequence[str]) -> dict[str, Path]:
+    """``{lang: prefix.lang}`` (or ``prefix.lang.gz`` where only that exists) for Moses-style file names."""
+    files = {}
+    for lang in langs:
+        path = Path(f"{prefix}.{lang}")
+        gz = Path(f"{path}.gz")
+        files[lang] = gz if gz.exists() and not path.exists() else path
+    return files
+
+
+def read_moses(
+    prefix: PathLike, langs: Sequence[str], corpus: str, languages: Sequence[str] = LANGUAGES,
+    max_lines: int | None = None,
+) -> datasets.Dataset:
+    """Read ``prefix.{lang}`` (e.g. ``europarl.it-en`` + ``("it", "en")``) as aligned files."""
+    return read_aligned(moses_files(prefix, langs), corpus, languages, max_lines)
+
+
+def read_csv_aligned(
+    files: Mapping[str, PathLike], columns: Sequence[int], corpus: str, languages: Sequence[str] = LANGUAGES,
+    max_rows: int | None = None,
+) -> datasets.Dataset:
+    """Read CSV files aligned by row (one per language); every listed column of a row becomes one group."""
+    files = _check_files(files, languages)
+    kwargs = dict(files=files, columns=tuple(columns), corpus=corpus, languages=tuple(languages), max_rows=max_rows,
+                  stamp=_stamp(list(files.values())))
+    return _from_generator(_csv_generator, kwargs, languages)
+
+
+def read_tsv(
+    path: PathLike, columns: Mapping[str, int], corpus: str, languages: Sequence[str] = LANGUAGES, *,
+    n_fields: int | None = None, require_prefix: tuple[int, str] | None = None, max_lines: int | None = None,
+) -> datasets.Dataset:
+    """Read a TSV file whose ``columns`` ({lang: 0-based column}) hold translations of each other.
+
+    ``n_fields`` checks the number of fields of every line; ``require_prefix=(column, prefix)`` keeps only lines
+    whose ``column`` starts with ``prefix`` (the others are skipped; see ``count_lines`` to report them).
+    """
+    check_languages(columns, languages)
+    kwargs = dict(path=str(path), columns=dict(columns), n_fields=n_fields, require_prefix=require_prefix,
+                  corpus=corpus, languages=tuple(languages), max_lines=max_lines, stamp=_stamp([path]))
+    return _from_generator(_tsv_generator, kwargs, languages)
+
+
+def from_hf_dataset(
+    source: str | datasets.Dataset, corpus: str | None = None, *, columns: Mapping[str, str] | None = None,
+    split: str = "train", languages: Sequence[str] = LANGUAGES, **load_kwargs,
+) -> datasets.Dataset:
+    """Convert a Hugging Face dataset to the group schema.
+
+    ``source`` is a ``datasets.Dataset``, a hub name (e.g. ``"wmt14"`` with ``name="de-en"``) or a local builder
+    (``"json"``/``"csv"`` with ``data_files=...``), loaded with ``datasets.load_dataset(source, split=split,
+    **load_kwargs)``. Texts come from a WMT-style ``translation`` dict column, or from ``columns`` ({lang: column};
+    default: the columns named like a language).
+    """
+    ds = source if isinstance(source, datasets.Dataset) else datasets.load_dataset(source, split=split, **load_kwargs)
+    corpus = corpus or (source if isinstance(source, str) else ds.info.dataset_name or "hf-dataset")
+    translation = columns is None and "translation" in ds.column_names
+    if columns is None:
+        columns = {} if translation else {lang: lang for lang in languages if lang in ds.column_names}
+    check_languages(columns, languages)
+    if not translation and len(columns) < 2:
+        raise ValueError(f"{corpus}: need >= 2 language columns, found {sorted(columns)} in {ds.column_names}")
+
+    def convert(batch: dict[str, list]) -> dict[str, list]:
+        n = len(batch[ds.column_names[0]])
+        out: dict[str, list] = {lang: [None] * n for lang in languages}
+        if translation:
+            for i, item in enumerate(batch["translation"]):
+                for lang, text in item.items():
+                    if lang in out and text is not None:
+                        out[lang][i] = text.strip()
+        for lang, col in columns.items():
+            out[lang] = [None if text is None else text.strip() for text in batch[col]]
+        out["corpus"] = [corpus] * n
+        return out
+
+    return ds.map(convert, batched=True, remove_columns=ds.column_names, features=group_features(languages))

@@ -1,0 +1,1 @@
+"""Local evaluate module (the script is accuracy.py)."""

@@ -1,0 +1,86 @@
+"""Margin-based bitext mining (LASER's ``mine_bitexts.py`` scoring and retrieval modes).
+
+kNN runs on faiss (``IndexFlatIP``) when ``faiss-cpu`` is importable, else on batched torch matmul.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from .knn import Backend, as_matrix, check_pair, l2_normalize, margin_candidates
+from .retrieval import Array
+
+RETRIEVALS = ("fwd", "bwd", "max", "intersect")
+
+
+def mine(
+    src_emb: Array,
+    tgt_emb: Array,
+    src_texts: list[str] | None = None,
+    tgt_texts: list[str] | None = None,
+    *,
+    k: int = 4,
+    retrieval: str = "max",
+    margin: str = "ratio",
+    threshold: float | None = None,
+    output: str | os.PathLike | None = None,
+    backend: Backend = "auto",
+) -> list[tuple[float, int, int]]:
+    """Mine translation pairs; returns ``(score, src_idx, tgt_idx)`` sorted by decreasing score.
+
+    Retrieval: ``fwd`` best target per source, ``bwd`` best source per target, ``intersect`` pairs that are
+    best in both directions, ``max`` the union of both directions taken greedily by score so that each
+    sentence is used once. Pairs with score <= ``threshold`` are dropped. With ``output``, writes a TSV
+    ``score<TAB>src<TAB>tgt`` (texts when given, else indices).
+    """
+    if retrieval not in RETRIEVALS:
+        raise ValueError(f"unknown retrieval {retrieval!r}; valid: {', '.join(RETRIEVALS)}")
+    src = as_matrix(src_emb, "src_emb")
+    tgt = as_matrix(tgt_emb, "tgt_emb")
+    check_pair(src, tgt)
+    for texts, emb, name in ((src_texts, src, "src_texts"), (tgt_texts, tgt, "tgt_texts")):
+        if texts is not None and len(texts) != emb.shape[0]:
+            raise ValueError(f"{name} has {len(texts)} entries but its embeddings have {emb.shape[0]} rows")
+    fwd, bwd = margin_candidates(l2_normalize(src), l2_normalize(tgt), k=k, margin=margin, backend=backend)
+    fwd_best, fwd_score = fwd.best()
+    bwd_best, bwd_score = bwd.best()
+    src_ids, tgt_ids = np.arange(len(src)), np.arange(len(tgt))
+    if retrieval == "fwd":
+        pairs = list(zip(fwd_score, src_ids, fwd_best))
+    elif retrieval == "bwd":
+        pairs = list(zip(bwd_score, bwd_best, tgt_ids))
+    elif retrieval == "intersect":
+        pairs = [(s, i, j) for s, i, j in zip(fwd_score, src_ids, fwd_best) if bwd_best[j] == i]
+    else:
+        candidates = list(zip(fwd_score, src_ids, fwd_best)) + list(zip(bwd_score, bwd_best, tgt_ids))
+        seen_src, seen_tgt, pairs = set(), set(), []
+        for s, i, j in sorted(candidates, key=lambda c: -c[0]):
+            if i not in seen_src and j not in seen_tgt:
+                seen_src.add(i)
+                seen_tgt.add(j)
+                pairs.append((s, i, j))
+    result = [(float(s), int(i), int(j)) for s, i, j in pairs if threshold is None or s > threshold]
+    result.sort(key=lambda p: -p[0])
+    if output is not None:
+        write_bitexts(result, output, src_texts, tgt_texts)
+    return result
+
+
+def write_bitexts(
+    pairs: list[tuple[float, int, int]],
+    output: str | os.PathLike,
+    src_texts: list[str] | None = None,
+    tgt_texts: list[str] | None = None,
+) -> Path:
+    """Write mined pairs as ``score<TAB>src<TAB>tgt`` lines (texts when given, else indices)."""
+    path = Path(output)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8", newline="\n") as f:
+        for score, i, j in pairs:
+            src = src_texts[i] if src_texts is not None else str(i)
+            tgt = tgt_texts[j] if tgt_texts is not None else str(j)
+            f.write(f"{score:.6f}\t{src}\t{tgt}\n")
+    return path

@@ -1,0 +1,85 @@
+"""xsim: LASER's similarity-search error rate, and precision@1 with distractors.
+
+Row i of the source matrix is the translation of row i of the target matrix. Embeddings are L2-normalised,
+the k nearest targets by cosine are re-scored with the margin (``absolute``: cosine, ``distance``:
+cos - avg_knn, ``ratio``: cos / avg_knn, avg_knn as in LASER's ``xsim.py``) and the best one is retrieved.
+kNN runs on faiss when importable, else torch (see :mod:`hf_tlaser.evaluation.knn`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .knn import Backend, as_matrix, check_pair, l2_normalize, margin_candidates
+
+Array = np.ndarray | torch.Tensor
+
+
+def _retrieve(src: np.ndarray, tgt: np.ndarray, margin: str, k: int, backend: Backend) -> np.ndarray:
+    """Index of the retrieved target for every source row."""
+    fwd, _ = margin_candidates(l2_normalize(src), l2_normalize(tgt), k=k, margin=margin, backend=backend)
+    return fwd.best()[0]
+
+
+def precision_at_1(
+    src_emb: Array,
+    tgt_emb: Array,
+    distractors: Array | None = None,
+    margin: str = "absolute",
+    k: int = 4,
+    backend: Backend = "auto",
+) -> float:
+    """Percentage of source rows whose retrieved target is their own translation (row i of ``tgt_emb``).
+
+    ``distractors`` (optional, ``(m, dim)``) are appended to the target pool and are always wrong answers.
+    """
+    src = as_matrix(src_emb, "src_emb")
+    tgt = as_matrix(tgt_emb, "tgt_emb")
+    check_pair(src, tgt)
+    if src.shape[0] != tgt.shape[0]:
+        raise ValueError(f"src_emb has {src.shape[0]} rows but tgt_emb has {tgt.shape[0]}; they must be aligned")
+    if distractors is not None:
+        extra = as_matrix(distractors, "distractors")
+        check_pair(tgt, extra, "tgt_emb", "distractors")
+        tgt = np.concatenate([tgt, extra])
+    found = _retrieve(src, tgt, margin, k, backend)
+    return float(100.0 * np.mean(found == np.arange(src.shape[0])))
+
+
+def xsim(src_emb: Array, tgt_emb: Array, margin: str = "ratio", k: int = 4, backend: Backend = "auto") -> float:
+    """xsim error rate in percent of retrieving row i of ``tgt_emb`` for row i of ``src_emb``."""
+    return 100.0 - precision_at_1(src_emb, tgt_emb, margin=margin, k=k, backend=backend)
+
+
+def xsim_both(
+    src_emb: Array, tgt_emb: Array, margin: str = "ratio", k: int = 4, backend: Backend = "auto"
+) -> tuple[float, float]:
+    """xsim in both directions: ``(src -> tgt, tgt -> src)`` error rates in percent."""
+    return (
+        xsim(src_emb, tgt_emb, margin=margin, k=k, backend=backend),
+        xsim(tgt_emb, src_emb, margin=margin, k=k, backend=backend),
+    )
+
+
+def xsim_matrix(
+    embs: dict[str, Array], margin: str = "ratio", k: int = 4, backend: Backend = "auto"
+) -> tuple[list[str], np.ndarray]:
+    """xsim for every ordered language pair of a multi-way aligned set.
+
+    Returns ``(langs, matrix)`` with ``matrix[i, j]`` = error (%) searching ``langs[j]`` for ``langs[i]``
+    queries; the diagonal is NaN.
+    """
+    langs = list(embs)
+    if len(langs) < 2:
+        raise ValueError(f"xsim_matrix needs at least 2 languages, got {langs}")
+    mats = {lang: as_matrix(emb, f"embs[{lang!r}]") for lang, emb in embs.items()}
+    sizes = {lang: m.shape[0] for lang, m in mats.items()}
+    if len(set(sizes.values())) != 1:
+        raise ValueError(f"embs must be aligned (same number of rows), got {sizes}")
+    matrix = np.full((len(langs), len(langs)), np.nan)
+    for i, a in enumerate(langs):
+        for j, b in enumerate(langs):
+            if i != j:
+                matrix[i, j] = xsim(mats[a], mats[b], margin=margin, k=k, backend=backend)
+    return langs, matrix

@@ -1,0 +1,15 @@
+"""The cT-LASER distance-constraint loss (Li & Mak 2020, eq. 7-10) and the in-batch alignment loss.
+
+The implementation lives next to the model code (it must travel with ``trust_remote_code`` checkpoints); this is
+its public home.
+"""
+
+from hf_tlaser.models.tlaser.sentence_embedding import (
+    DistanceLossOutput,
+    align_loss,
+    distance_constraint_loss,
+    mean_pairwise_cosine,
+    sample_negatives,
+)
+
+__all__ = ["DistanceLossOutput", "distance_constraint_loss", "sample_negatives", "align_loss", "mean_pairwise_cosine"]

@@ -1,0 +1,194 @@
+"""LASER (BiLSTM) baseline configuration: LASER_1, LASER_6 and cLASER of Li & Mak 2020 (Table 1), after
+Artetxe & Schwenk 2019 and the fairseq-laser ``laser_lstm_artetxe`` architecture the authors borrowed."""
+
+from __future__ import annotations
+
+from transformers import PretrainedConfig
+
+DISTANCES = ("l2", "squared_l2")
+
+
+class LaserConfig(PretrainedConfig):
+    r"""Configuration of a LASER BiLSTM encoder + LSTM decoder (LASER_1, LASER_6; cLASER with the distance loss).
+
+    Defaults are the paper's LASER_1 (Table 1: 512x2 encoder, 2048 decoder, 1 encoder and 1 decoder layer, 50k
+    vocabulary) with the remaining sizes of Artetxe & Schwenk 2019 (320-dim BPE embeddings, 32-dim language
+    embedding, dropout 0.1). Use ``num_layers=6`` for LASER_6 and ``distance_beta=0.25`` (default) for cLASER.
+
+    Args:
+        vocab_size (`int`, 50000): size of the joint BPE vocabulary (shared by encoder and decoder).
+        embed_dim (`int`, 320): token-embedding size of the encoder and of the decoder (separate tables).
+        lstm_hidden_size (`int`, 512): BiLSTM hidden size *per direction*.
+        num_layers (`int`, 1): BiLSTM encoder layers (1 for LASER_1, 6 for LASER_6).
+        dropout (`float`, 0.1): LASER's dropout, used as fairseq-laser's ``dropout_in`` and ``dropout_out``:
+            on the encoder embeddings, between BiLSTM layers, on the BiLSTM outputs (before max-pooling), on the
+            decoder input (token + language embedding) and on the decoder LSTM outputs.
+        decoder_hidden_size (`int`, 2048): decoder LSTM hidden size d_z.
+        decoder_layers (`int`, 1): decoder LSTM layers.
+        max_position_embeddings (`int`, 2048): longest accepted input (tokens incl. STR_TAG and `</s>`). An LSTM
+            has no position table; this is only the length limit ``encode`` and ``forward`` enforce.
+        initializer_range (`float`, 0.02): std of the N(0, std) initialisation of linear and embedding weights
+            (LSTM weights use uniform(-0.1, 0.1) as fairseq).
+        languages (`list[str]`, ["de", "en", "es", "fr", "it"]): languages the decoder can be asked to produce;
+            `tgt_lang` indexes this list.
+        lang_embed_dim (`int`, 32): size of the target-language embedding fed to the decoder at every step.
+        label_smoothing (`float`, 0.1): label smoothing of the translation cross entropy.
+        distance_beta (`float`, 0.25): weight beta of the parallel-pair distance d_p (eq. 10). 0 disables the
+            distance-constraint loss (plain LASER); it is only computed when the batch carries target sentences.
+        distance_lambda (`float`, None): weight lambda of the hinge terms (eq. 10); None means beta / 2.
+        distance_alpha (`float`, 0.5): hinge margin alpha (eq. 9).
+        distance_negatives (`int`, 20): in-batch negatives N_s per sentence and direction.
+        distance (`str`, "l2"): "l2" (authors' code: plain L2 norm) or "squared_l2" (paper eq. 7-8).
+        distance_vnorm_grad (`bool`, True): let gradients flow through v_norm as the authors' code does.
+        distance_eps (`float`, 1e-6): epsilon of the v_norm normalisation (eq. 7-8).
+        distance_mt_weight (`float`, 0.5): weight of the translation loss when the distance loss is on (eq. 10).
+        align_loss_weight (`float`, 0.0): weight of the optional in-batch contrastive alignment loss. 0 disables it.
+        align_scale (`float`, 20.0): inverse temperature of the alignment loss on cosine similarities.
+        pad_token_id, unk_token_id, eos_token_id, cls_token_id, decoder_start_token_id (`int`, 0/1/2/3/2): special
+            ids of the shared tokenizer (``cls`` is STR_TAG; see ``TLaserConfig``).
+        tie_word_embeddings (`bool`, False): must stay False; the output projection (decoder_hidden_size wide)
+            cannot share the embed_dim-wide embedding table.
+
+    ``hidden_size`` is derived, not set: ``2 * lstm_hidden_size`` (1024), the width of the BiLSTM outputs and of
+    the max-pooled sentence vector (``sentence_embedding_dim``); ``encode`` reads it.
+    """
+
+    model_type = "laser"
+
+    def __init__(
+        self,
+        vocab_size: int = 50000,
+        embed_dim: int = 320,
+        lstm_hidden_size: int = 512,
+        num_layers: int = 1,
+        dropout: float = 0.1,
+        decoder_hidden_size: int = 2048,
+        decoder_layers: int = 1,
+        max_position_embeddings: int = 2048,
+        initializer_range: float = 0.02,
+        languages: list[str] | tuple[str, ...] = ("de", "en", "es", "fr", "it"),
+        lang_embed_dim: int = 32,
+        label_smoothing: float = 0.1,
+        distance_beta: float = 0.25,
+        distance_lambda: float | None = None,
+        distance_alpha: float = 0.5,
+        distance_negatives: int = 20,
+        distance: str = "l2",
+        distance_vnorm_grad: bool = True,
+        distance_eps: float = 1e-6,
+        distance_mt_weight: float = 0.5,
+        align_loss_weight: float = 0.0,
+        align_scale: float = 20.0,
+        pad_token_id: int = 0,
+        unk_token_id: int = 1,
+        eos_token_id: int = 2,
+        cls_token_id: int = 3,
+        decoder_start_token_id: int = 2,
+        tie_word_embeddings: bool = False,
+        **kwargs,
+    ):
+        hidden_size = kwargs.pop("hidden_size", None)  # derived; saved in config.json, checked on load
+        self.vocab_size = vocab_size
+        self.embed_dim = embed_dim
+        self.lstm_hidden_size = lstm_hidden_size
+        self.num_layers = num_layers
+        self.dropout = dropout
+        self.decoder_hidden_size = decoder_hidden_size
+        self.decoder_layers = decoder_layers
+        self.max_position_embeddings = max_position_embeddings
+        self.initializer_range = initializer_range
+        self.languages = list(languages)
+        self.lang_embed_dim = lang_embed_dim
+        self.label_smoothing = label_smoothing
+        self.distance_beta = distance_beta
+        self.distance_lambda = distance_lambda
+        self.distance_alpha = distance_alpha
+        self.distance_negatives = distance_negatives
+        self.distance = distance
+        self.distance_vnorm_grad = distance_vnorm_grad
+        self.distance_eps = distance_eps
+        self.distance_mt_weight = distance_mt_weight
+        self.align_loss_weight = align_loss_weight
+        self.align_scale = align_scale
+        self.unk_token_id = unk_token_id
+        self.cls_token_id = cls_token_id
+        self.decoder_start_token_id = decoder_start_token_id
+        super().__init__(
+            pad_token_id=pad_token_id,
+            eos_token_id=eos_token_id,
+            tie_word_embeddings=tie_word_embeddings,
+            **kwargs,
+        )
+        self._validate()
+        if hidden_size is not None:
+            self.hidden_size = hidden_size  # the setter raises unless it equals 2 * lstm_hidden_size
+
+    @property
+    def hidden_size(self) -> int:
+        """Width of the BiLSTM outputs and of the sentence vector: 2 * lstm_hidden_size."""
+        return 2 * self.lstm_hidden_size
+
+    @hidden_size.setter
+    def hidden_size(self, value: int) -> None:
+        if value != 2 * self.lstm_hidden_size:
+            raise ValueError(
+                f"LaserConfig: hidden_size is 2 * lstm_hidden_size ({2 * self.lstm_hidden_size}); set "
+                f"lstm_hidden_size instead of hidden_size={value}"
+            )
+
+    @property
+    def sentence_embedding_dim(self) -> int:
+        """Size of the max-pooled sentence vector (= hidden_size = 2 * lstm_hidden_size)."""
+        return self.hidden_size
+
+    def _validate(self) -> None:
+        for name in (
+            "vocab_size",
+            "embed_dim",
+            "lstm_hidden_size",
+            "num_layers",
+            "decoder_hidden_size",
+            "decoder_layers",
+            "lang_embed_dim",
+            "distance_negatives",
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"LaserConfig: {name}={value!r} must be a positive integer")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"LaserConfig: dropout={self.dropout} must be in [0, 1)")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ValueError(f"LaserConfig: label_smoothing={self.label_smoothing} must be in [0, 1)")
+        for name in ("distance_beta", "distance_mt_weight", "align_loss_weight", "distance_alpha"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"LaserConfig: {name}={getattr(self, name)} must be >= 0")
+        if self.distance_lambda is not None and self.distance_lambda < 0:
+            raise ValueError(f"LaserConfig: distance_lambda={self.distance_lambda} must be >= 0 or None")
+        if self.distance not in DISTANCES:
+            raise ValueError(f"LaserConfig: distance={self.distance!r}; expected one of {DISTANCES}")
+        if not self.languages or len(set(self.languages)) != len(self.languages):
+            raise ValueError(f"LaserConfig: languages={self.languages} must be a non-empty list without repeats")
+        if self.max_position_embeddings < 3:
+            raise ValueError("LaserConfig: max_position_embeddings must leave room for STR_TAG, a token and </s>")
+        for name in ("pad_token_id", "eos_token_id", "cls_token_id", "decoder_start_token_id", "unk_token_id"):
+            value = getattr(self, name)
+            if value is None or not 0 <= value < self.vocab_size:
+                raise ValueError(f"LaserConfig: {name}={value!r} must be an id in [0, vocab_size={self.vocab_size})")
+        if self.tie_word_embeddings:
+            raise ValueError(
+                "LaserConfig: tie_word_embeddings=True is not supported; the output projection is "
+                f"decoder_hidden_size={self.decoder_hidden_size} wide, the embeddings embed_dim={self.embed_dim}"
+            )
+
+    @property
+    def distance_hinge_weight(self) -> float:
+        """lambda of eq. (10); beta / 2 unless set."""
+        return self.distance_beta / 2 if self.distance_lambda is None else self.distance_lambda
+
+    def to_dict(self) -> dict:
+        output = super().to_dict()
+        output["hidden_size"] = self.hidden_size  # informative for tools that read config.json; ignored on load
+        return output
+
+
+LaserConfig.register_for_auto_class()

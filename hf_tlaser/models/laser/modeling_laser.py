@@ -1,0 +1,208 @@
+"""LASER baselines of Li & Mak 2020 (LASER_1, LASER_6, cLASER): a BiLSTM encoder whose max-pooled outputs are the
+sentence embedding (Artetxe & Schwenk 2019), trained through an LSTM decoder that sees only that vector, the
+target-language embedding and the previous target token.
+
+The layout follows fairseq-laser's ``laser_lstm_artetxe`` architecture (the code the authors borrowed): the decoder
+input at every step is concat(token embedding, language embedding, sentence vector); its initial (h0, c0) are linear
+maps of the sentence vector; its outputs go straight to the vocabulary (d_z -> V, no bottleneck). The older
+fairseq-laser ``laser`` architecture also fed the previous decoder output back as input ("input feeding"); for a
+one-layer decoder that only reparametrises the recurrent weight (W_feed h_{t-1} + W_hh h_{t-1}), so it is left out
+and the decoder runs as one ``nn.LSTM`` call over the whole target sequence.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+from transformers import PreTrainedModel
+from transformers.modeling_outputs import BaseModelOutputWithPooling
+
+from .configuration_laser import LaserConfig
+from .sentence_embedding import SentenceEncoderMixin, TranslationMixin
+
+try:  # transformers >= 5 tracks which weights were loaded; older versions use torch.nn.init directly
+    from transformers import initialization as init
+except ImportError:  # pragma: no cover
+    from torch.nn import init
+
+
+class LaserPreTrainedModel(PreTrainedModel):
+    config_class = LaserConfig
+    config: LaserConfig
+    base_model_prefix = "encoder"
+    main_input_name = "input_ids"
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module) -> None:
+        """N(0, initializer_range) for linear and embedding weights (zero biases and pad row); every LSTM weight and
+        bias uniform(-0.1, 0.1) as fairseq's LSTM models."""
+        std = self.config.initializer_range
+        if isinstance(module, nn.Linear):
+            init.normal_(module.weight, mean=0.0, std=std)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            init.normal_(module.weight, mean=0.0, std=std)
+            if module.padding_idx is not None:
+                init.zeros_(module.weight[module.padding_idx])
+        elif isinstance(module, nn.LSTM):
+            for param in module.parameters(recurse=False):
+                init.uniform_(param, -0.1, 0.1)
+
+
+class LaserModel(SentenceEncoderMixin, LaserPreTrainedModel):
+    """The LASER BiLSTM encoder. ``pooler_output`` (max over the non-pad BiLSTM outputs) is the sentence embedding.
+
+    Inputs are the shared tokenizer's right-padded ``STR_TAG text </s>`` sequences; STR_TAG is kept (it is one more
+    position to max-pool over, and it keeps one input format for LASER and T-LASER models).
+    """
+
+    def __init__(self, config: LaserConfig):
+        super().__init__(config)
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.embed_dim, padding_idx=config.pad_token_id)
+        self.dropout = nn.Dropout(config.dropout)
+        self.lstm = nn.LSTM(
+            input_size=config.embed_dim,
+            hidden_size=config.lstm_hidden_size,
+            num_layers=config.num_layers,
+            dropout=config.dropout if config.num_layers > 1 else 0.0,
+            bidirectional=True,
+            batch_first=True,
+        )
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.embed_tokens = value
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        attention_mask: torch.Tensor | None = None,
+        output_hidden_states: bool | None = None,
+        pooled_only: bool = False,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPooling | tuple:
+        """Encode right-padded ``STR_TAG text </s>`` sequences.
+
+        Args:
+            input_ids: LongTensor[B, S]. attention_mask: 1 for tokens, 0 for padding (default: ids != pad); must be
+                right padding (the sequences are packed, so padding never enters the LSTM).
+            output_hidden_states: also return (embedding output, BiLSTM output); ``nn.LSTM`` does not expose its
+                intermediate layers.
+            pooled_only: accepted for interface compatibility with T-LASER; no effect (every BiLSTM output is needed
+                for the max-pool).
+
+        Returns:
+            ``last_hidden_state`` [B, S, 2 * lstm_hidden_size] (zeros at padding) and ``pooler_output``
+            [B, 2 * lstm_hidden_size].
+        """
+        return_dict = self.config.use_return_dict if return_dict is None else return_dict
+        batch, seq_len = input_ids.shape
+        limit = self.config.max_position_embeddings
+        if seq_len > limit:
+            raise ValueError(
+                f"input of {seq_len} tokens exceeds max_position_embeddings={limit}; truncate it "
+                "(tokenizer(..., truncation=True, max_length=...)) or raise max_position_embeddings"
+            )
+        if attention_mask is None:
+            attention_mask = input_ids.ne(self.config.pad_token_id)
+        mask = attention_mask.bool()
+        lengths = mask.sum(1)
+        if bool((lengths == 0).any()):
+            raise ValueError("every row needs at least one non-pad token (STR_TAG ... </s>)")
+        if not torch.equal(mask, torch.arange(seq_len, device=mask.device)[None] < lengths[:, None]):
+            raise ValueError("LaserModel expects right-padded inputs: attention_mask must be 1...1 0...0 per row")
+
+        embedded = self.dropout(self.embed_tokens(input_ids))
+        packed = pack_padded_sequence(embedded, lengths.cpu(), batch_first=True, enforce_sorted=False)
+        packed_out, _ = self.lstm(packed)
+        hidden, _ = pad_packed_sequence(packed_out, batch_first=True, total_length=seq_len)
+        hidden = self.dropout(hidden)
+        pooled = hidden.masked_fill(~mask[..., None], float("-inf")).amax(dim=1)
+
+        hidden_states = (embedded, hidden) if output_hidden_states else None
+        if not return_dict:
+            return tuple(v for v in (hidden, pooled, hidden_states) if v is not None)
+        return BaseModelOutputWithPooling(last_hidden_state=hidden, pooler_output=pooled, hidden_states=hidden_states)
+
+
+class LaserDecoder(nn.Module):
+    """LSTM decoder reading only the sentence vector, the target-language embedding and the previous token."""
+
+    def __init__(self, config: LaserConfig):
+        super().__init__()
+        self.num_layers = config.decoder_layers
+        self.hidden_size = config.decoder_hidden_size
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.embed_dim, padding_idx=config.pad_token_id)
+        self.embed_langs = nn.Embedding(len(config.languages), config.lang_embed_dim)
+        # initial (h0, c0) of every layer: linear maps of the sentence vector (fairseq-laser, no tanh)
+        state_size = config.decoder_layers * config.decoder_hidden_size
+        self.hidden_proj = nn.Linear(config.hidden_size, state_size)
+        self.cell_proj = nn.Linear(config.hidden_size, state_size)
+        self.lstm = nn.LSTM(
+            input_size=config.embed_dim + config.lang_embed_dim + config.hidden_size,
+            hidden_size=config.decoder_hidden_size,
+            num_layers=config.decoder_layers,
+            dropout=config.dropout if config.decoder_layers > 1 else 0.0,
+            batch_first=True,
+        )
+        self.dropout = nn.Dropout(config.dropout)
+
+    def initial_state(self, sentence_embedding: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        batch = sentence_embedding.shape[0]
+
+        def project(linear: nn.Linear) -> torch.Tensor:
+            state = linear(sentence_embedding).view(batch, self.num_layers, self.hidden_size)
+            return state.transpose(0, 1).contiguous()
+
+        return project(self.hidden_proj), project(self.cell_proj)
+
+    def forward(
+        self,
+        decoder_input_ids: torch.LongTensor,
+        sentence_embedding: torch.Tensor,
+        tgt_lang: torch.LongTensor,
+    ) -> torch.Tensor:
+        """Decoder outputs [B, L, decoder_hidden_size] for the whole target prefix in one LSTM call."""
+        length = decoder_input_ids.shape[1]
+        tokens = self.embed_tokens(decoder_input_ids)
+        lang = self.embed_langs(tgt_lang)[:, None].expand(-1, length, -1).to(tokens.dtype)
+        inputs = self.dropout(torch.cat([tokens, lang], dim=-1))
+        sentence = sentence_embedding[:, None].expand(-1, length, -1).to(inputs.dtype)
+        output, _ = self.lstm(torch.cat([inputs, sentence], dim=-1), self.initial_state(sentence_embedding))
+        return self.dropout(output)
+
+
+class LaserForTranslation(TranslationMixin, LaserPreTrainedModel):
+    """LASER BiLSTM encoder + LSTM decoder trained as multilingual NMT (cLASER with the distance loss)."""
+
+    def __init__(self, config: LaserConfig):
+        super().__init__(config)
+        self.encoder = LaserModel(config)
+        self.decoder = LaserDecoder(config)
+        self.lm_head = nn.Linear(config.decoder_hidden_size, config.vocab_size)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.encoder.embed_tokens
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def decode_logits(
+        self,
+        decoder_input_ids: torch.LongTensor,
+        sentence_embedding: torch.Tensor,
+        tgt_lang: torch.LongTensor,
+    ) -> torch.Tensor:
+        """Scores [T, L, vocab] of the next token after every prefix of ``decoder_input_ids`` [T, L]."""
+        return self.lm_head(self.decoder(decoder_input_ids, sentence_embedding, tgt_lang))
+
+
+LaserModel.register_for_auto_class("AutoModel")
+LaserForTranslation.register_for_auto_class("AutoModelForSeq2SeqLM")

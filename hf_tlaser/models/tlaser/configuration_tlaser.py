@@ -1,0 +1,164 @@
+"""T-LASER configuration (Li & Mak 2020, Table 1 and footnote 6)."""
+
+from __future__ import annotations
+
+from transformers import PretrainedConfig
+
+DECODER_LANG_MODES = ("memory", "input")
+DISTANCES = ("l2", "squared_l2")
+
+
+class TLaserConfig(PretrainedConfig):
+    r"""Configuration of a T-LASER / cT-LASER model. Defaults are the paper's (Table 1, footnote 6) and the
+    authors' fairseq code.
+
+    Args:
+        vocab_size (`int`, 50000): size of the joint BPE vocabulary.
+        hidden_size (`int`, 1024): encoder width d_h; also the sentence-embedding size.
+        num_hidden_layers (`int`, 6): encoder layers.
+        num_attention_heads (`int`, 16): encoder attention heads r.
+        intermediate_size (`int`, 4096): encoder FFN width d_fc.
+        activation_function (`str`, "relu"): FFN activation (any key of `transformers.activations.ACT2FN`).
+        dropout (`float`, 0.3): dropout on embeddings, attention outputs and FFN outputs.
+        attention_dropout (`float`, 0.0): dropout on attention probabilities.
+        activation_dropout (`float`, 0.0): dropout after the FFN activation.
+        max_position_embeddings (`int`, 2048): longest input (tokens incl. STR_TAG and `</s>`); a 750-word
+            document must fit.
+        scale_embedding (`bool`, True): multiply token embeddings by sqrt(hidden_size).
+        layer_norm_eps (`float`, 1e-5): LayerNorm epsilon (pre-LN blocks plus a final LayerNorm).
+        initializer_range (`float`, 0.02): std of the BERT-style N(0, std) initialisation.
+        decoder_layers (`int`, 1): decoder layers (the paper uses one).
+        decoder_attention_heads (`int`, 16): decoder attention heads.
+        decoder_ffn_dim (`int`, 4096): decoder FFN width.
+        languages (`list[str]`, ["de", "en", "es", "fr", "it"]): languages the decoder can be asked to produce;
+            `tgt_lang` indexes this list.
+        lang_embed_dim (`int`, 32): size of the target-language embedding E_l.
+        decoder_lang_mode (`str`, "memory"): where E_l enters the decoder. "memory" (authors' code): the single
+            key/value of the cross-attention is concat(sentence vector, E_l). "input" (paper eq. 3): E_l is
+            concatenated to every target token embedding and projected back to hidden_size.
+        label_smoothing (`float`, 0.1): label smoothing of the translation cross entropy.
+        distance_beta (`float`, 0.25): weight beta of the parallel-pair distance d_p (eq. 10). 0 disables the
+            distance-constraint loss (plain T-LASER); it is only computed when the batch carries target sentences.
+        distance_lambda (`float`, None): weight lambda of the hinge terms (eq. 10); None means beta / 2.
+        distance_alpha (`float`, 0.5): hinge margin alpha (eq. 9).
+        distance_negatives (`int`, 20): in-batch negatives N_s per sentence and direction.
+        distance (`str`, "l2"): "l2" (authors' code: plain L2 norm) or "squared_l2" (paper eq. 7-8).
+        distance_vnorm_grad (`bool`, True): let gradients flow through v_norm as the authors' code does. False
+            detaches it, which removes the incentive to inflate v_norm by moving all vectors together.
+        distance_eps (`float`, 1e-6): epsilon of the v_norm normalisation (eq. 7-8).
+        distance_mt_weight (`float`, 0.5): weight of the translation loss when the distance loss is on (eq. 10).
+        align_loss_weight (`float`, 0.0): weight of an optional in-batch contrastive alignment loss (InfoNCE over
+            the pairs' sentence vectors, Lightweight Dual Transformer eq. 5). 0 disables it.
+        align_scale (`float`, 20.0): inverse temperature of the alignment loss on cosine similarities.
+        tie_word_embeddings (`bool`, False): tie the decoder's input embedding and output projection (the paper's
+            246M parameter count implies untied).
+    """
+
+    model_type = "tlaser"
+
+    def __init__(
+        self,
+        vocab_size: int = 50000,
+        hidden_size: int = 1024,
+        num_hidden_layers: int = 6,
+        num_attention_heads: int = 16,
+        intermediate_size: int = 4096,
+        activation_function: str = "relu",
+        dropout: float = 0.3,
+        attention_dropout: float = 0.0,
+        activation_dropout: float = 0.0,
+        max_position_embeddings: int = 2048,
+        scale_embedding: bool = True,
+        layer_norm_eps: float = 1e-5,
+        initializer_range: float = 0.02,
+        decoder_layers: int = 1,
+        decoder_attention_heads: int = 16,
+        decoder_ffn_dim: int = 4096,
+        languages: list[str] | tuple[str, ...] = ("de", "en", "es", "fr", "it"),
+        lang_embed_dim: int = 32,
+        decoder_lang_mode: str = "memory",
+        label_smoothing: float = 0.1,
+        distance_beta: float = 0.25,
+        distance_lambda: float | None = None,
+        distance_alpha: float = 0.5,
+        distance_negatives: int = 20,
+        distance: str = "l2",
+        distance_vnorm_grad: bool = True,
+        distance_eps: float = 1e-6,
+        distance_mt_weight: float = 0.5,
+        align_loss_weight: float = 0.0,
+        align_scale: float = 20.0,
+        pad_token_id: int = 0,
+        unk_token_id: int = 1,
+        eos_token_id: int = 2,
+        cls_token_id: int = 3,
+        decoder_start_token_id: int = 2,
+        tie_word_embeddings: bool = False,
+        **kwargs,
+    ):
+        self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
+        self.num_hidden_layers = num_hidden_layers
+        self.num_attention_heads = num_attention_heads
+        self.intermediate_size = intermediate_size
+        self.activation_function = activation_function
+        self.dropout = dropout
+        self.attention_dropout = attention_dropout
+        self.activation_dropout = activation_dropout
+        self.max_position_embeddings = max_position_embeddings
+        self.scale_embedding = scale_embedding
+        self.layer_norm_eps = layer_norm_eps
+        self.initializer_range = initializer_range
+        self.decoder_layers = decoder_layers
+        self.decoder_attention_heads = decoder_attention_heads
+        self.decoder_ffn_dim = decoder_ffn_dim
+        self.languages = list(languages)
+        self.lang_embed_dim = lang_embed_dim
+        self.decoder_lang_mode = decoder_lang_mode
+        self.label_smoothing = label_smoothing
+        self.distance_beta = distance_beta
+        self.distance_lambda = distance_lambda
+        self.distance_alpha = distance_alpha
+        self.distance_negatives = distance_negatives
+        self.distance = distance
+        self.distance_vnorm_grad = distance_vnorm_grad
+        self.distance_eps = distance_eps
+        self.distance_mt_weight = distance_mt_weight
+        self.align_loss_weight = align_loss_weight
+        self.align_scale = align_scale
+        self.unk_token_id = unk_token_id
+        self.cls_token_id = cls_token_id
+        self.decoder_start_token_id = decoder_start_token_id
+        super().__init__(
+            pad_token_id=pad_token_id,
+            eos_token_id=eos_token_id,
+            tie_word_embeddings=tie_word_embeddings,
+            **kwargs,
+        )
+        self._validate()
+
+    def _validate(self) -> None:
+        for name, width, heads in (
+            ("hidden_size", self.hidden_size, self.num_attention_heads),
+            ("hidden_size (decoder)", self.hidden_size, self.decoder_attention_heads),
+        ):
+            if heads <= 0 or width % heads:
+                raise ValueError(f"TLaserConfig: {name}={width} is not divisible by the number of heads ({heads})")
+        if self.decoder_lang_mode not in DECODER_LANG_MODES:
+            raise ValueError(
+                f"TLaserConfig: decoder_lang_mode={self.decoder_lang_mode!r}; expected one of {DECODER_LANG_MODES}"
+            )
+        if self.distance not in DISTANCES:
+            raise ValueError(f"TLaserConfig: distance={self.distance!r}; expected one of {DISTANCES}")
+        if not self.languages or len(set(self.languages)) != len(self.languages):
+            raise ValueError(f"TLaserConfig: languages={self.languages} must be a non-empty list without repeats")
+        if self.max_position_embeddings < 3:
+            raise ValueError("TLaserConfig: max_position_embeddings must leave room for STR_TAG, a token and </s>")
+
+    @property
+    def distance_hinge_weight(self) -> float:
+        """lambda of eq. (10); beta / 2 unless set."""
+        return self.distance_beta / 2 if self.distance_lambda is None else self.distance_lambda
+
+
+TLaserConfig.register_for_auto_class()

@@ -1,0 +1,293 @@
+"""T-LASER and cT-LASER (Li & Mak 2020): a pre-LN transformer encoder whose output at the STR_TAG position is the
+sentence embedding, trained through a one-layer decoder that sees only that vector and a target-language
+embedding."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import PreTrainedModel
+from transformers.activations import ACT2FN
+from transformers.modeling_outputs import BaseModelOutputWithPooling
+
+from .configuration_tlaser import TLaserConfig
+from .sentence_embedding import SentenceEncoderMixin, TranslationMixin
+
+try:  # transformers >= 5 tracks which weights were loaded; older versions use torch.nn.init directly
+    from transformers import initialization as init
+except ImportError:  # pragma: no cover
+    from torch.nn import init
+
+
+def sinusoidal_table(num_positions: int, dim: int) -> torch.Tensor:
+    """Sinusoidal position table [num_positions, dim] (sin in the first half, cos in the second, as fairseq)."""
+    half = dim // 2
+    freq = torch.exp(torch.arange(half, dtype=torch.float32) * -(math.log(10000.0) / max(half - 1, 1)))
+    angles = torch.arange(num_positions, dtype=torch.float32)[:, None] * freq[None]
+    table = torch.cat([angles.sin(), angles.cos()], dim=1)
+    return F.pad(table, (0, dim - 2 * half))
+
+
+class TLaserSinusoidalPositions(nn.Module):
+    """Fixed sinusoidal position embeddings."""
+
+    def __init__(self, num_positions: int, dim: int):
+        super().__init__()
+        self.register_buffer("weight", sinusoidal_table(num_positions, dim), persistent=False)
+
+    def forward(self, seq_len: int) -> torch.Tensor:
+        if seq_len > self.weight.shape[0]:
+            raise ValueError(
+                f"input of {seq_len} tokens exceeds max_position_embeddings={self.weight.shape[0]}; truncate it "
+                "(tokenizer(..., truncation=True, max_length=...)) or raise max_position_embeddings"
+            )
+        return self.weight[:seq_len]
+
+
+class TLaserAttention(nn.Module):
+    """Multi-head attention (eq. 1-2) on `scaled_dot_product_attention`; keys/values may have their own width."""
+
+    def __init__(self, embed_dim: int, num_heads: int, dropout: float, kv_dim: int | None = None):
+        super().__init__()
+        self.num_heads = num_heads
+        self.head_dim = embed_dim // num_heads
+        self.dropout = dropout
+        kv_dim = kv_dim or embed_dim
+        self.q_proj = nn.Linear(embed_dim, embed_dim)
+        self.k_proj = nn.Linear(kv_dim, embed_dim)
+        self.v_proj = nn.Linear(kv_dim, embed_dim)
+        self.out_proj = nn.Linear(embed_dim, embed_dim)
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        key_value: torch.Tensor,
+        attn_mask: torch.Tensor | None = None,
+        is_causal: bool = False,
+    ) -> torch.Tensor:
+        bsz, q_len, embed_dim = query.shape
+        kv_len = key_value.shape[1]
+        q = self.q_proj(query).view(bsz, q_len, self.num_heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(key_value).view(bsz, kv_len, self.num_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(key_value).view(bsz, kv_len, self.num_heads, self.head_dim).transpose(1, 2)
+        out = F.scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            attn_mask=attn_mask,
+            dropout_p=self.dropout if self.training else 0.0,
+            is_causal=is_causal,
+        )
+        return self.out_proj(out.transpose(1, 2).reshape(bsz, q_len, embed_dim))
+
+
+class TLaserFeedForward(nn.Module):
+    """Position-wise FFN."""
+
+    def __init__(self, config: TLaserConfig, ffn_dim: int):
+        super().__init__()
+        self.fc1 = nn.Linear(config.hidden_size, ffn_dim)
+        self.fc2 = nn.Linear(ffn_dim, config.hidden_size)
+        self.act = ACT2FN[config.activation_function]
+        self.activation_dropout = nn.Dropout(config.activation_dropout)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.activation_dropout(self.act(self.fc1(hidden))))
+
+
+class TLaserEncoderLayer(nn.Module):
+    """Pre-LN encoder block: x + SelfAttn(LN(x)), then x + FFN(LN(x))."""
+
+    def __init__(self, config: TLaserConfig):
+        super().__init__()
+        self.self_attn_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.self_attn = TLaserAttention(config.hidden_size, config.num_attention_heads, config.attention_dropout)
+        self.final_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.ffn = TLaserFeedForward(config, config.intermediate_size)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, hidden: torch.Tensor, attn_mask: torch.Tensor | None, first_only: bool = False) -> torch.Tensor:
+        """``first_only``: compute queries, residual and FFN for position 0 only (returns [B, 1, d])."""
+        normed = self.self_attn_layer_norm(hidden)
+        query, residual = (normed[:, :1], hidden[:, :1]) if first_only else (normed, hidden)
+        hidden = residual + self.dropout(self.self_attn(query, normed, attn_mask))  # eq. (1)-(2)
+        return hidden + self.dropout(self.ffn(self.final_layer_norm(hidden)))
+
+
+class TLaserPreTrainedModel(PreTrainedModel):
+    config_class = TLaserConfig
+    config: TLaserConfig
+    base_model_prefix = "encoder"
+    main_input_name = "input_ids"
+    _supports_sdpa = True
+    _no_split_modules = ["TLaserEncoderLayer", "TLaserDecoderLayer"]
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module) -> None:
+        """BERT-style init: N(0, initializer_range) for linear and embedding weights, zero biases and pad row."""
+        std = self.config.initializer_range
+        if isinstance(module, nn.Linear):
+            init.normal_(module.weight, mean=0.0, std=std)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            init.normal_(module.weight, mean=0.0, std=std)
+            if module.padding_idx is not None:
+                init.zeros_(module.weight[module.padding_idx])
+        elif isinstance(module, nn.LayerNorm):
+            init.ones_(module.weight)
+            init.zeros_(module.bias)
+        elif isinstance(module, TLaserSinusoidalPositions):
+            module.weight.copy_(sinusoidal_table(*module.weight.shape))
+
+
+class TLaserModel(SentenceEncoderMixin, TLaserPreTrainedModel):
+    """The T-LASER encoder. ``pooler_output`` (final LayerNorm output at the STR_TAG position) is the embedding."""
+
+    def __init__(self, config: TLaserConfig):
+        super().__init__(config)
+        self.embed_scale = math.sqrt(config.hidden_size) if config.scale_embedding else 1.0
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
+        self.embed_positions = TLaserSinusoidalPositions(config.max_position_embeddings, config.hidden_size)
+        self.dropout = nn.Dropout(config.dropout)
+        self.layers = nn.ModuleList(TLaserEncoderLayer(config) for _ in range(config.num_hidden_layers))
+        self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.embed_tokens = value
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        attention_mask: torch.Tensor | None = None,
+        output_hidden_states: bool | None = None,
+        pooled_only: bool = False,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPooling | tuple:
+        """Encode right-padded ``STR_TAG text </s>`` sequences.
+
+        Args:
+            input_ids: LongTensor[B, S]. attention_mask: 1 for tokens, 0 for padding (default: ids != pad).
+            output_hidden_states: also return the input of every layer and the final output.
+            pooled_only: the last layer computes position 0 only (the paper's "sixth layer is entirely dedicated to
+                refining H6[t0]"); ``last_hidden_state`` is then [B, 1, d]. Ignored with ``output_hidden_states``.
+        """
+        output_hidden_states = bool(output_hidden_states)
+        return_dict = self.config.return_dict if return_dict is None else return_dict
+        if attention_mask is None:
+            attention_mask = input_ids.ne(self.config.pad_token_id)
+        hidden = self.embed_tokens(input_ids) * self.embed_scale
+        hidden = self.dropout(hidden + self.embed_positions(input_ids.shape[1]).to(hidden.dtype))
+        key_mask = None if bool(attention_mask.all()) else attention_mask.bool()[:, None, None, :]
+        all_hidden = []
+        last = len(self.layers) - 1
+        for i, layer in enumerate(self.layers):
+            if output_hidden_states:
+                all_hidden.append(hidden)
+            hidden = layer(hidden, key_mask, first_only=pooled_only and not output_hidden_states and i == last)
+        hidden = self.layer_norm(hidden)
+        if output_hidden_states:
+            all_hidden.append(hidden)
+        pooled = hidden[:, 0]
+        hidden_states = tuple(all_hidden) if output_hidden_states else None
+        if not return_dict:
+            return tuple(v for v in (hidden, pooled, hidden_states) if v is not None)
+        return BaseModelOutputWithPooling(last_hidden_state=hidden, pooler_output=pooled, hidden_states=hidden_states)
+
+
+class TLaserDecoderLayer(nn.Module):
+    """Pre-LN decoder block: causal self-attention (eq. 4), attention over the sentence vector (eq. 5), FFN
+    (eq. 6)."""
+
+    def __init__(self, config: TLaserConfig):
+        super().__init__()
+        memory_dim = config.hidden_size + (config.lang_embed_dim if config.decoder_lang_mode == "memory" else 0)
+        heads = config.decoder_attention_heads
+        self.self_attn_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.self_attn = TLaserAttention(config.hidden_size, heads, config.attention_dropout)
+        self.encoder_attn_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.encoder_attn = TLaserAttention(config.hidden_size, heads, config.attention_dropout, kv_dim=memory_dim)
+        self.final_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.ffn = TLaserFeedForward(config, config.decoder_ffn_dim)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, hidden: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
+        normed = self.self_attn_layer_norm(hidden)
+        hidden = hidden + self.dropout(self.self_attn(normed, normed, is_causal=True))  # eq. (4)
+        hidden = hidden + self.dropout(self.encoder_attn(self.encoder_attn_layer_norm(hidden), memory))  # eq. (5)
+        return hidden + self.dropout(self.ffn(self.final_layer_norm(hidden)))  # eq. (6)
+
+
+class TLaserDecoder(nn.Module):
+    """Decoder that reads only the sentence vector and the target-language embedding."""
+
+    def __init__(self, config: TLaserConfig):
+        super().__init__()
+        self.lang_mode = config.decoder_lang_mode
+        self.embed_scale = math.sqrt(config.hidden_size) if config.scale_embedding else 1.0
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
+        self.embed_positions = TLaserSinusoidalPositions(config.max_position_embeddings, config.hidden_size)
+        self.embed_langs = nn.Embedding(len(config.languages), config.lang_embed_dim)
+        if self.lang_mode == "input":
+            self.input_proj = nn.Linear(config.hidden_size + config.lang_embed_dim, config.hidden_size)
+        self.dropout = nn.Dropout(config.dropout)
+        self.layers = nn.ModuleList(TLaserDecoderLayer(config) for _ in range(config.decoder_layers))
+        self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+
+    def forward(
+        self,
+        decoder_input_ids: torch.LongTensor,
+        sentence_embedding: torch.Tensor,
+        tgt_lang: torch.LongTensor,
+    ) -> torch.Tensor:
+        lang = self.embed_langs(tgt_lang)  # E_l, [B, lang_embed_dim]
+        hidden = self.embed_tokens(decoder_input_ids) * self.embed_scale
+        if self.lang_mode == "input":  # eq. (3): J0[t] = Concat(Y[t], E_l), projected to hidden_size
+            lang_per_token = lang[:, None].expand(-1, hidden.shape[1], -1).to(hidden.dtype)
+            hidden = self.input_proj(torch.cat([hidden, lang_per_token], dim=-1))
+            memory = sentence_embedding[:, None]
+        else:  # authors' code: the one key/value is Concat(H6[t0], E_l)
+            memory = torch.cat([sentence_embedding, lang.to(sentence_embedding.dtype)], dim=-1)[:, None]
+        hidden = self.dropout(hidden + self.embed_positions(hidden.shape[1]).to(hidden.dtype))
+        for layer in self.layers:
+            hidden = layer(hidden, memory)
+        return self.layer_norm(hidden)
+
+
+class TLaserForTranslation(TranslationMixin, TLaserPreTrainedModel):
+    """T-LASER encoder + one-layer decoder trained as multilingual NMT (cT-LASER with the distance loss)."""
+
+    _tied_weights_keys = {"lm_head.weight": "decoder.embed_tokens.weight"}
+
+    def __init__(self, config: TLaserConfig):
+        super().__init__(config)
+        self.encoder = TLaserModel(config)
+        self.decoder = TLaserDecoder(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.encoder.embed_tokens
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def decode_logits(
+        self,
+        decoder_input_ids: torch.LongTensor,
+        sentence_embedding: torch.Tensor,
+        tgt_lang: torch.LongTensor,
+    ) -> torch.Tensor:
+        return self.lm_head(self.decoder(decoder_input_ids, sentence_embedding, tgt_lang))
+
+
+TLaserModel.register_for_auto_class("AutoModel")
+TLaserForTranslation.register_for_auto_class("AutoModelForSeq2SeqLM")

@@ -1,0 +1,49 @@
+"""Shared fixtures: the data dir, a small joint BPE trained on real lines, tiny model configs."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from hf_tlaser.data.paths import get_data_dir
+from hf_tlaser.tokenization import read_lines, train_tokenizer
+
+torch.set_num_threads(2)
+
+
+@pytest.fixture(scope="session")
+def data_dir():
+    return get_data_dir()
+
+
+@pytest.fixture(scope="session")
+def newstest_lines(data_dir) -> dict[str, list[str]]:
+    """First 300 lines of the 5-way newstest2009 set."""
+    folder = data_dir / "wmt-newstest-multiway"
+    return {
+        lang: list(itertools.islice(read_lines(folder / f"newstest2009.{lang}"), 300))
+        for lang in ("de", "en", "es", "fr", "it")
+    }
+
+
+@pytest.fixture(scope="session")
+def tokenizer(newstest_lines):
+    texts = [line for lines in newstest_lines.values() for line in lines]
+    return train_tokenizer(texts=texts, vocab_size=400, show_progress=False)
+
+
+@pytest.fixture()
+def tiny_tlaser_kwargs(tokenizer) -> dict:
+    return dict(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        decoder_attention_heads=4,
+        decoder_ffn_dim=64,
+        dropout=0.0,
+        max_position_embeddings=128,
+    )

@@ -34,8 +34,10 @@ logger = logging.getLogger(__name__)
 
 
 def sentence_lengths(
-    dataset: datasets.Dataset, tokenizer: PreTrainedTokenizerBase | None = None,
-    languages: Sequence[str] = LANGUAGES, batch_size: int = 10_000,
+    dataset: datasets.Dataset,
+    tokenizer: PreTrainedTokenizerBase | None = None,
+    languages: Sequence[str] = LANGUAGES,
+    batch_size: int = 10_000,
 ) -> dict[str, np.ndarray]:
     """Encoder-format length (tokens incl. ``STR_TAG`` and ``</s>``) of every sentence, 0 where absent or empty.
 
@@ -60,32 +62,43 @@ def sentence_lengths(
         return out
 
     features = datasets.Features({lang: datasets.Value("int32") for lang in languages})
-    table = dataset.select_columns(languages).map(lengths, batched=True, batch_size=batch_size, features=features,
-                                                  desc="sentence lengths").with_format("numpy")
+    table = (
+        dataset.select_columns(languages)
+        .map(lengths, batched=True, batch_size=batch_size, features=features, desc="sentence lengths")
+        .with_format("numpy")
+    )
     return {lang: np.asarray(table[lang], dtype=np.int64) for lang in languages}
 
 
 class _Stream:
     """Rows of one stream with, per row (indexed by dataset row), source/target lengths and row weights."""
 
-    def __init__(self, rows: np.ndarray, src_len: np.ndarray, tgt_len: np.ndarray, src_w: np.ndarray,
-                 tgt_w: np.ndarray) -> None:
+    def __init__(
+        self, rows: np.ndarray, src_len: np.ndarray, tgt_len: np.ndarray, src_w: np.ndarray, tgt_w: np.ndarray
+    ) -> None:
         self.rows, self.src_len, self.tgt_len, self.src_w, self.tgt_w = rows, src_len, tgt_len, src_w, tgt_w
 
-    def pack(self, rng: np.random.Generator, max_tokens: int, max_sentences: int | None,
-             chunk_size: int) -> list[list[int]]:
+    def pack(
+        self, rng: np.random.Generator, max_tokens: int, max_sentences: int | None, chunk_size: int
+    ) -> list[list[int]]:
         """One cycle: shuffle, sort by length within chunks, pack greedily under the budget, shuffle batches."""
         perm = rng.permutation(self.rows)
         batches: list[list[int]] = []
         for start in range(0, len(perm), chunk_size):
-            chunk = perm[start:start + chunk_size]
+            chunk = perm[start : start + chunk_size]
             chunk = chunk[np.argsort(np.maximum(self.src_len[chunk], self.tgt_len[chunk]), kind="stable")]
-            stats = zip(chunk.tolist(), self.src_len[chunk].tolist(), self.tgt_len[chunk].tolist(),
-                        self.src_w[chunk].tolist(), self.tgt_w[chunk].tolist())
+            stats = zip(
+                chunk.tolist(),
+                self.src_len[chunk].tolist(),
+                self.tgt_len[chunk].tolist(),
+                self.src_w[chunk].tolist(),
+                self.tgt_w[chunk].tolist(),
+            )
             batch: list[int] = []
             src_w = tgt_w = src_max = tgt_max = 0
             for row, s_len, t_len, s_w, t_w in stats:
-                n_src_w, n_tgt_w, n_src_max, n_tgt_max = src_w + s_w, tgt_w + t_w, max(src_max, s_len), max(tgt_max, t_len)
+                n_src_w, n_tgt_w = src_w + s_w, tgt_w + t_w
+                n_src_max, n_tgt_max = max(src_max, s_len), max(tgt_max, t_len)
                 full = max_sentences is not None and len(batch) >= max_sentences
                 if batch and (full or n_src_w * n_src_max > max_tokens or n_tgt_w * n_tgt_max > max_tokens):
                     batches.append(batch)
@@ -101,8 +114,16 @@ class _PlannedBatchSampler(Sampler[list]):
     """Shared planning of both samplers (see the module docstring)."""
 
     def __init__(
-        self, streams: dict[Pair, _Stream], max_tokens: int, *, seed: int = 0, num_batches: int | None = None,
-        max_sentences: int | None = None, chunk_size: int = 10_000, rank: int = 0, world_size: int = 1,
+        self,
+        streams: dict[Pair, _Stream],
+        max_tokens: int,
+        *,
+        seed: int = 0,
+        num_batches: int | None = None,
+        max_sentences: int | None = None,
+        chunk_size: int = 10_000,
+        rank: int = 0,
+        world_size: int = 1,
     ) -> None:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} not in [0, world_size={world_size})")
@@ -142,7 +163,7 @@ class _PlannedBatchSampler(Sampler[list]):
                     queues[stream] = self._cycle(stream, self.epoch, cycles[stream])[::-1]
                     cycles[stream] += 1
                 steps.append((self.pairs[stream], queues[stream].pop()))
-            self._plan = (self.epoch, steps[self.rank::self.world_size])
+            self._plan = (self.epoch, steps[self.rank :: self.world_size])
         return self._plan[1]
 
     def pair_counts(self) -> dict[Pair, int]:
@@ -171,9 +192,17 @@ class PairBatchSampler(_PlannedBatchSampler):
     """Pair mode: every micro-batch is rows of one (src, tgt) pair; yields ``[(row, src, tgt), ...]``."""
 
     def __init__(
-        self, lengths: Mapping[str, np.ndarray], max_tokens: int, pairs: Sequence[Pair] = DEFAULT_PAIRS, *,
-        seed: int = 0, num_batches: int | None = None, max_sentences: int | None = None, chunk_size: int = 10_000,
-        rank: int = 0, world_size: int = 1,
+        self,
+        lengths: Mapping[str, np.ndarray],
+        max_tokens: int,
+        pairs: Sequence[Pair] = DEFAULT_PAIRS,
+        *,
+        seed: int = 0,
+        num_batches: int | None = None,
+        max_sentences: int | None = None,
+        chunk_size: int = 10_000,
+        rank: int = 0,
+        world_size: int = 1,
     ) -> None:
         """``lengths``: ``sentence_lengths(dataset, tokenizer)``; ``num_batches`` per epoch (all ranks together),
         default one pass over every pair's rows."""
@@ -185,11 +214,20 @@ class PairBatchSampler(_PlannedBatchSampler):
             fits = (src > 0) & (tgt > 0)
             too_long = fits & (np.maximum(src, tgt) > max_tokens)
             if too_long.any():
-                logger.warning("%s-%s: %d rows longer than max_tokens=%d are never batched", a, b,
-                               int(too_long.sum()), max_tokens)
+                logger.warning(
+                    "%s-%s: %d rows longer than max_tokens=%d are never batched", a, b, int(too_long.sum()), max_tokens
+                )
             streams[(a, b)] = _Stream(np.nonzero(fits & ~too_long)[0], src, tgt, ones, ones)
-        super().__init__(streams, max_tokens, seed=seed, num_batches=num_batches, max_sentences=max_sentences,
-                         chunk_size=chunk_size, rank=rank, world_size=world_size)
+        super().__init__(
+            streams,
+            max_tokens,
+            seed=seed,
+            num_batches=num_batches,
+            max_sentences=max_sentences,
+            chunk_size=chunk_size,
+            rank=rank,
+            world_size=world_size,
+        )
 
     def _items(self, pair: Pair, rows: list[int]) -> list[tuple[int, str, str]]:
         return [(row, *pair) for row in rows]
@@ -204,9 +242,17 @@ class MultiwayBatchSampler(_PlannedBatchSampler):
     """
 
     def __init__(
-        self, lengths: Mapping[str, np.ndarray], max_tokens: int, pairs: Sequence[Pair] = DEFAULT_PAIRS, *,
-        seed: int = 0, num_batches: int | None = None, max_sentences: int | None = None, chunk_size: int = 10_000,
-        rank: int = 0, world_size: int = 1,
+        self,
+        lengths: Mapping[str, np.ndarray],
+        max_tokens: int,
+        pairs: Sequence[Pair] = DEFAULT_PAIRS,
+        *,
+        seed: int = 0,
+        num_batches: int | None = None,
+        max_sentences: int | None = None,
+        chunk_size: int = 10_000,
+        rank: int = 0,
+        world_size: int = 1,
     ) -> None:
         check_languages({lang for pair in pairs for lang in pair}, list(lengths))
         langs = list(lengths)
@@ -222,7 +268,7 @@ class MultiwayBatchSampler(_PlannedBatchSampler):
         longest = np.where(used, np.stack([lengths[lang] for lang in langs], axis=1), 0).max(axis=1, initial=0)
         too_long = (n_directions > 0) & (np.maximum(n_sentences, n_directions) * longest > max_tokens)
         if too_long.any():
-            logger.warning("%d groups exceed max_tokens=%d alone and are never batched", int(too_long.sum()), max_tokens)
+            logger.warning("%d groups exceed max_tokens=%d alone: never batched", int(too_long.sum()), max_tokens)
         # each group goes to the stream of its rarest pair
         pair_rows = has_pair.sum(axis=0)
         rarity = np.where(has_pair, pair_rows[None, :], np.iinfo(np.int64).max)
@@ -231,11 +277,22 @@ class MultiwayBatchSampler(_PlannedBatchSampler):
             pair: _Stream(np.nonzero(stream_of == p)[0], longest, longest, n_sentences, n_directions)
             for p, pair in enumerate(pairs)
         }
-        logger.info("multi-way streams (groups per rarest pair): %s; %d of %d rows without a curriculum pair",
-                    {f"{a}-{b}": len(s.rows) for (a, b), s in streams.items()}, int((n_directions == 0).sum()),
-                    n_rows)
-        super().__init__(streams, max_tokens, seed=seed, num_batches=num_batches, max_sentences=max_sentences,
-                         chunk_size=chunk_size, rank=rank, world_size=world_size)
+        logger.info(
+            "multi-way streams (groups per rarest pair): %s; %d of %d rows without a curriculum pair",
+            {f"{a}-{b}": len(s.rows) for (a, b), s in streams.items()},
+            int((n_directions == 0).sum()),
+            n_rows,
+        )
+        super().__init__(
+            streams,
+            max_tokens,
+            seed=seed,
+            num_batches=num_batches,
+            max_sentences=max_sentences,
+            chunk_size=chunk_size,
+            rank=rank,
+            world_size=world_size,
+        )
 
     def _items(self, pair: Pair, rows: list[int]) -> list[int]:
         return rows

@@ -108,7 +108,11 @@ def clean_groups(
     )
     logger.info(
         "cleaning (max_tokens=%d, max_length_ratio=%g): kept %d of %d groups; dropped %s; sentences removed %s",
-        config.max_tokens, config.max_length_ratio, report.kept, report.total, report.dropped,
+        config.max_tokens,
+        config.max_length_ratio,
+        report.kept,
+        report.total,
+        report.dropped,
         report.removed_sentences,
     )
     cleaned = marked.filter(lambda dropped: [d == 0 for d in dropped], input_columns="_dropped", batched=True)

@@ -32,8 +32,12 @@ class TranslationCollator:
     """
 
     def __init__(
-        self, tokenizer: PreTrainedTokenizerBase, languages: Sequence[str] = LANGUAGES,
-        with_target_encoding: bool = False, pairs: Sequence[Pair] = DEFAULT_PAIRS, max_length: int | None = None,
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        languages: Sequence[str] = LANGUAGES,
+        with_target_encoding: bool = False,
+        pairs: Sequence[Pair] = DEFAULT_PAIRS,
+        max_length: int | None = None,
     ) -> None:
         """``pairs``: curriculum directions (multi-way mode); ``max_length`` truncates sentences (default: none)."""
         if tokenizer.eos_token_id is None:
@@ -43,14 +47,22 @@ class TranslationCollator:
         self.with_target_encoding, self.max_length = with_target_encoding, max_length
 
     def _encode(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        enc = self.tokenizer(texts, padding=True, padding_side="right", truncation=self.max_length is not None,
-                             max_length=self.max_length, return_tensors="pt")
+        enc = self.tokenizer(
+            texts,
+            padding=True,
+            padding_side="right",
+            truncation=self.max_length is not None,
+            max_length=self.max_length,
+            return_tensors="pt",
+        )
         return enc["input_ids"], enc["attention_mask"]
 
     def _labels(self, texts: list[str]) -> torch.Tensor:
         limit = None if self.max_length is None else self.max_length - 1
-        ids = [seq[:limit] + [self.tokenizer.eos_token_id]
-               for seq in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
+        ids = [
+            seq[:limit] + [self.tokenizer.eos_token_id]
+            for seq in self.tokenizer(texts, add_special_tokens=False)["input_ids"]
+        ]
         labels = torch.full((len(ids), max(map(len, ids))), IGNORE_INDEX, dtype=torch.long)
         for i, seq in enumerate(ids):
             labels[i, : len(seq)] = torch.tensor(seq, dtype=torch.long)
@@ -65,7 +77,7 @@ class TranslationCollator:
         pairs = {(ex["src_lang"], ex["tgt_lang"]) for ex in examples}
         if len(pairs) != 1:
             raise ValueError(f"a pair-mode micro-batch must hold one language pair, got {sorted(pairs)}")
-        (_, tgt_lang), = pairs
+        ((_, tgt_lang),) = pairs
         check_languages([tgt_lang], self.languages, what="target language")
         sources = [ex["src"] for ex in examples]
         targets = [ex["tgt"] for ex in examples]

@@ -47,7 +47,9 @@ def _aligned_sets(
 
 def _multiway_sets(set_names: Sequence[str], langs: Sequence[str]) -> Callable[[Path], dict[str, dict[str, Path]]]:
     def sets(folder: Path) -> dict[str, dict[str, Path]]:
-        return {s: {lang: Path(f"{s}.{lang}") for lang in langs if (folder / f"{s}.{lang}").exists()} for s in set_names}
+        return {
+            s: {lang: Path(f"{s}.{lang}") for lang in langs if (folder / f"{s}.{lang}").exists()} for s in set_names
+        }
 
     return sets
 
@@ -81,11 +83,22 @@ def _load_xed(folder: Path, languages: Sequence[str], max_lines: int | None) -> 
         path = folder / "subtitle-pairs" / f"pairs-{lang}.txt"
         if lang not in languages:
             continue
-        ds = read_tsv(path, {"en": 4, lang: 5}, f"xed/pairs-{lang}", languages, n_fields=6,
-                      require_prefix=(0, "en/"), max_lines=max_lines)
+        ds = read_tsv(
+            path,
+            {"en": 4, lang: 5},
+            f"xed/pairs-{lang}",
+            languages,
+            n_fields=6,
+            require_prefix=(0, "en/"),
+            max_lines=max_lines,
+        )
         total = count_lines(path) if max_lines is None else min(max_lines, count_lines(path))
-        logger.info("xed/pairs-%s: skipped %d of %d rows that are not English-X (first column not 'en/')",
-                    lang, total - len(ds), total)
+        logger.info(
+            "xed/pairs-%s: skipped %d of %d rows that are not English-X (first column not 'en/')",
+            lang,
+            total - len(ds),
+            total,
+        )
         out.append(ds)
     return out
 
@@ -97,45 +110,80 @@ REGISTRY: dict[str, CorpusSpec] = {
     spec.name: spec
     for spec in (
         CorpusSpec(
-            "wmt-newstest-multiway", "WMT news test 2008-2011, 2013; multi-way de/en/es/fr (+it in 2009 sets)",
-            _files_loader("wmt-newstest-multiway", _multiway_sets(
-                ("news-test2008", "newssyscomb2009", "newstest2009", "newstest2010", "newstest2011", "newstest2013"),
-                _FIVE)),
+            "wmt-newstest-multiway",
+            "WMT news test 2008-2011, 2013; multi-way de/en/es/fr (+it in 2009 sets)",
+            _files_loader(
+                "wmt-newstest-multiway",
+                _multiway_sets(
+                    (
+                        "news-test2008",
+                        "newssyscomb2009",
+                        "newstest2009",
+                        "newstest2010",
+                        "newstest2011",
+                        "newstest2013",
+                    ),
+                    _FIVE,
+                ),
+            ),
         ),
         CorpusSpec(
-            "europarl-v2-it-en", "Europarl it-en 1996-2001 (693,793 pairs, tokenised)",
-            _files_loader("europarl-v2-it-en", lambda folder: {
-                "europarl.it-en": moses_files(Path("europarl.it-en"), ("it", "en"))}),
+            "europarl-v2-it-en",
+            "Europarl it-en 1996-2001 (693,793 pairs, tokenised)",
+            _files_loader(
+                "europarl-v2-it-en",
+                lambda folder: {"europarl.it-en": moses_files(folder / "europarl.it-en", ("it", "en"))},
+            ),
         ),
         CorpusSpec(
-            "multi30k", "Multi30k task 1 train split, en/de/fr image captions (non-commercial)",
-            _files_loader("multi30k", lambda folder: {
-                "train": {lang: Path(f"task1-raw/train.{lang}.gz") for lang in ("de", "en", "fr")}}),
+            "multi30k",
+            "Multi30k task 1 train split, en/de/fr image captions (non-commercial)",
+            _files_loader(
+                "multi30k",
+                lambda folder: {"train": {lang: Path(f"task1-raw/train.{lang}.gz") for lang in ("de", "en", "fr")}},
+            ),
         ),
-        CorpusSpec("wmt-newstest-bilingual", "WMT news test de-en 2014-2018, fr-en 2014/2015",
-                   _files_loader("wmt-newstest-bilingual", _bilingual_sets)),
-        CorpusSpec("stsb-multi-mt", "STS benchmark train split, en + DeepL MT de/es/fr/it (both sentences)",
-                   _load_stsb),
+        CorpusSpec(
+            "wmt-newstest-bilingual",
+            "WMT news test de-en 2014-2018, fr-en 2014/2015",
+            _files_loader("wmt-newstest-bilingual", _bilingual_sets),
+        ),
+        CorpusSpec(
+            "stsb-multi-mt", "STS benchmark train split, en + DeepL MT de/es/fr/it (both sentences)", _load_stsb
+        ),
         CorpusSpec("xed", "XED OpenSubtitles en-X pairs (de/es/fr/it); conflicts with XED as a benchmark", _load_xed),
         CorpusSpec(
-            "tico19-test", "TICO-19 test, COVID domain, en/es/fr 3-way",
+            "tico19-test",
+            "TICO-19 test, COVID domain, en/es/fr 3-way",
             _files_loader("tico19-test", _multiway_sets(("tico19-test",), ("en", "es", "fr"))),
         ),
         CorpusSpec(
-            "ntrex128", "NTREX-128, 1,997 news sentences, 5-way (evaluation)",
-            _files_loader("ntrex128", lambda folder: {"newstest2019": {
-                lang: Path(f"newstest2019-{'src' if lang == 'en' else 'ref'}.{_ISO3[lang]}.txt") for lang in _FIVE}}),
+            "ntrex128",
+            "NTREX-128, 1,997 news sentences, 5-way (evaluation)",
+            _files_loader(
+                "ntrex128",
+                lambda folder: {
+                    "newstest2019": {
+                        lang: Path(f"newstest2019-{'src' if lang == 'en' else 'ref'}.{_ISO3[lang]}.txt")
+                        for lang in _FIVE
+                    }
+                },
+            ),
             evaluation=True,
         ),
         CorpusSpec(
-            "ud-pud", "Parallel UD treebanks, 1,000 sentences, 5-way (evaluation)",
+            "ud-pud",
+            "Parallel UD treebanks, 1,000 sentences, 5-way (evaluation)",
             _files_loader("ud-pud", lambda folder: {"pud": {lang: Path(f"pud.{lang}.txt") for lang in _FIVE}}),
             evaluation=True,
         ),
         CorpusSpec(
-            "flores-devtest", "FLORES-200 devtest, 1,012 sentences, 5-way; overlaps SIB-200 (evaluation)",
-            _files_loader("flores-devtest", lambda folder: {
-                "devtest": {lang: Path(f"{_ISO3[lang]}_Latn.devtest") for lang in _FIVE}}),
+            "flores-devtest",
+            "FLORES-200 devtest, 1,012 sentences, 5-way; overlaps SIB-200 (evaluation)",
+            _files_loader(
+                "flores-devtest",
+                lambda folder: {"devtest": {lang: Path(f"{_ISO3[lang]}_Latn.devtest") for lang in _FIVE}},
+            ),
             evaluation=True,
         ),
     )
@@ -169,7 +217,9 @@ def _load_parts(
 
 
 def load_corpus(
-    name: str, data_dir: str | os.PathLike | None = None, languages: Sequence[str] = LANGUAGES,
+    name: str,
+    data_dir: str | os.PathLike | None = None,
+    languages: Sequence[str] = LANGUAGES,
     max_lines: int | None = None,
 ) -> datasets.Dataset:
     """Raw (uncleaned) groups of one registered corpus; ``max_lines`` reads only the first lines of each file."""
@@ -216,7 +266,9 @@ def load_corpora(
 
 
 def corpus_texts(
-    names: Iterable[str], data_dir: str | os.PathLike | None = None, languages: Sequence[str] = LANGUAGES,
+    names: Iterable[str],
+    data_dir: str | os.PathLike | None = None,
+    languages: Sequence[str] = LANGUAGES,
     max_sentences: int | None = None,
 ) -> Iterator[str]:
     """Non-empty raw sentences of the named corpora, at most ``max_sentences`` per language (tokenizer training)."""

@@ -21,8 +21,9 @@ def normalize_whitespace(text: str) -> str:
 
 
 def _key(text: str) -> int:
-    return int.from_bytes(hashlib.blake2b(normalize_whitespace(text).encode(), digest_size=8).digest(), "little",
-                          signed=True)
+    return int.from_bytes(
+        hashlib.blake2b(normalize_whitespace(text).encode(), digest_size=8).digest(), "little", signed=True
+    )
 
 
 def join_on_english(
@@ -75,9 +76,13 @@ def join_on_english(
     new_pairs = Counter(
         f"{a}-{b}" for norm in merged for a in others for b in others if a < b and groups[norm][a] and groups[norm][b]
     )
-    logger.info("pivot join on %r: %d bitexts merged into %d multi-way groups (new pairs: %s)",
-                pivot, int(consumed.sum()), len(merged), dict(sorted(new_pairs.items())))
+    logger.info(
+        "pivot join on %r: %d bitexts merged into %d multi-way groups (new pairs: %s)",
+        pivot,
+        int(consumed.sum()),
+        len(merged),
+        dict(sorted(new_pairs.items())),
+    )
     joined = datasets.Dataset.from_list([groups[norm] for norm in merged], features=dataset.features)
     kept = dataset.select(np.nonzero(~consumed)[0])
     return datasets.concatenate_datasets([kept, joined])
-

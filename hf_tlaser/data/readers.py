@@ -33,7 +33,8 @@ class DataFormatError(ValueError):
 
 def group_features(languages: Sequence[str] = LANGUAGES) -> datasets.Features:
     """Features of the canonical group schema."""
-    return datasets.Features({**{lang: datasets.Value("string") for lang in languages}, "corpus": datasets.Value("string")})
+    columns = {lang: datasets.Value("string") for lang in languages}
+    return datasets.Features({**columns, "corpus": datasets.Value("string")})
 
 
 def _open_binary(path: Path) -> IO[bytes]:
@@ -81,8 +82,12 @@ def _zip_aligned(streams: Mapping[str, Iterator[str]], names: Mapping[str, str],
 
 
 def _group_rows(
-    streams: Mapping[str, Iterator[str]], names: Mapping[str, str], unit: str, corpus: str,
-    languages: Sequence[str], max_items: int | None,
+    streams: Mapping[str, Iterator[str]],
+    names: Mapping[str, str],
+    unit: str,
+    corpus: str,
+    languages: Sequence[str],
+    max_items: int | None,
 ) -> Iterator[dict[str, str | None]]:
     """Canonical rows from aligned streams, counting (and logging) empty lines per language."""
     empty = dict.fromkeys(streams, 0)
@@ -114,7 +119,11 @@ def _csv_fields(path: str, columns: tuple[int, ...]) -> Iterator[str]:
 
 
 def _csv_generator(
-    files: dict[str, str], columns: tuple[int, ...], corpus: str, languages: tuple[str, ...], max_rows: int | None,
+    files: dict[str, str],
+    columns: tuple[int, ...],
+    corpus: str,
+    languages: tuple[str, ...],
+    max_rows: int | None,
     stamp: str,
 ) -> Iterator[dict[str, str | None]]:
     del stamp
@@ -124,8 +133,14 @@ def _csv_generator(
 
 
 def _tsv_generator(
-    path: str, columns: dict[str, int], n_fields: int | None, require_prefix: tuple[int, str] | None, corpus: str,
-    languages: tuple[str, ...], max_lines: int | None, stamp: str,
+    path: str,
+    columns: dict[str, int],
+    n_fields: int | None,
+    require_prefix: tuple[int, str] | None,
+    corpus: str,
+    languages: tuple[str, ...],
+    max_lines: int | None,
+    stamp: str,
 ) -> Iterator[dict[str, str | None]]:
     del stamp
     for lineno, line in enumerate(itertools.islice(iter_lines(path), max_lines), start=1):
@@ -175,8 +190,9 @@ def read_aligned(
     Raises DataFormatError if the files have different line counts or contain non-UTF-8 bytes.
     """
     files = _check_files(files, languages)
-    kwargs = dict(files=files, corpus=corpus, languages=tuple(languages), max_lines=max_lines,
-                  stamp=_stamp(list(files.values())))
+    kwargs = dict(
+        files=files, corpus=corpus, languages=tuple(languages), max_lines=max_lines, stamp=_stamp(list(files.values()))
+    )
     return _from_generator(_aligned_generator, kwargs, languages)
 
 
@@ -191,7 +207,10 @@ def moses_files(prefix: PathLike, langs: Sequence[str]) -> dict[str, Path]:
 
 
 def read_moses(
-    prefix: PathLike, langs: Sequence[str], corpus: str, languages: Sequence[str] = LANGUAGES,
+    prefix: PathLike,
+    langs: Sequence[str],
+    corpus: str,
+    languages: Sequence[str] = LANGUAGES,
     max_lines: int | None = None,
 ) -> datasets.Dataset:
     """Read ``prefix.{lang}`` (e.g. ``europarl.it-en`` + ``("it", "en")``) as aligned files."""
@@ -199,19 +218,34 @@ def read_moses(
 
 
 def read_csv_aligned(
-    files: Mapping[str, PathLike], columns: Sequence[int], corpus: str, languages: Sequence[str] = LANGUAGES,
+    files: Mapping[str, PathLike],
+    columns: Sequence[int],
+    corpus: str,
+    languages: Sequence[str] = LANGUAGES,
     max_rows: int | None = None,
 ) -> datasets.Dataset:
     """Read CSV files aligned by row (one per language); every listed column of a row becomes one group."""
     files = _check_files(files, languages)
-    kwargs = dict(files=files, columns=tuple(columns), corpus=corpus, languages=tuple(languages), max_rows=max_rows,
-                  stamp=_stamp(list(files.values())))
+    kwargs = dict(
+        files=files,
+        columns=tuple(columns),
+        corpus=corpus,
+        languages=tuple(languages),
+        max_rows=max_rows,
+        stamp=_stamp(list(files.values())),
+    )
     return _from_generator(_csv_generator, kwargs, languages)
 
 
 def read_tsv(
-    path: PathLike, columns: Mapping[str, int], corpus: str, languages: Sequence[str] = LANGUAGES, *,
-    n_fields: int | None = None, require_prefix: tuple[int, str] | None = None, max_lines: int | None = None,
+    path: PathLike,
+    columns: Mapping[str, int],
+    corpus: str,
+    languages: Sequence[str] = LANGUAGES,
+    *,
+    n_fields: int | None = None,
+    require_prefix: tuple[int, str] | None = None,
+    max_lines: int | None = None,
 ) -> datasets.Dataset:
     """Read a TSV file whose ``columns`` ({lang: 0-based column}) hold translations of each other.
 
@@ -219,14 +253,27 @@ def read_tsv(
     whose ``column`` starts with ``prefix`` (the others are skipped; see ``count_lines`` to report them).
     """
     check_languages(columns, languages)
-    kwargs = dict(path=str(path), columns=dict(columns), n_fields=n_fields, require_prefix=require_prefix,
-                  corpus=corpus, languages=tuple(languages), max_lines=max_lines, stamp=_stamp([path]))
+    kwargs = dict(
+        path=str(path),
+        columns=dict(columns),
+        n_fields=n_fields,
+        require_prefix=require_prefix,
+        corpus=corpus,
+        languages=tuple(languages),
+        max_lines=max_lines,
+        stamp=_stamp([path]),
+    )
     return _from_generator(_tsv_generator, kwargs, languages)
 
 
 def from_hf_dataset(
-    source: str | datasets.Dataset, corpus: str | None = None, *, columns: Mapping[str, str] | None = None,
-    split: str = "train", languages: Sequence[str] = LANGUAGES, **load_kwargs,
+    source: str | datasets.Dataset,
+    corpus: str | None = None,
+    *,
+    columns: Mapping[str, str] | None = None,
+    split: str = "train",
+    languages: Sequence[str] = LANGUAGES,
+    **load_kwargs,
 ) -> datasets.Dataset:
     """Convert a Hugging Face dataset to the group schema.
 

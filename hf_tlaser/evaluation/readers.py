@@ -1,8 +1,8 @@
 """Readers for the evaluation corpora in the shared data folder (ISO 639-1 language codes in the API).
 
 Classification readers return ``{lang: {"train"|"dev"|"test": LabeledSplit}}``; multi-way retrieval readers
-return ``{lang: [sentences]}`` aligned line by line. Lines are split on ``"\\n"`` only (never
-``str.splitlines``, which also splits on U+0085 etc.) and a trailing ``"\\r"`` (CRLF files) is removed.
+return ``{lang: [sentences]}`` aligned line by line. Lines come from :func:`hf_tlaser.tokenization.read_lines`
+(split on ``"\\n"`` only, trailing ``"\\r"`` of CRLF files removed).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hf_tlaser.data.paths import get_data_dir
+from hf_tlaser.tokenization import read_lines
 
 LANGS = ("en", "de", "es", "fr", "it")
 SPLITS = ("train", "dev", "test")
@@ -38,14 +39,8 @@ class LabeledSplit:
 ClassificationData = dict[str, dict[str, LabeledSplit]]
 
 
-def read_lines(path: str | os.PathLike) -> list[str]:
-    """Lines of a UTF-8 file split on ``"\\n"`` only, without a trailing ``"\\r"``; no final empty line."""
-    with open(path, encoding="utf-8", newline="") as f:
-        text = f.read()
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()
-    return [line[:-1] if line.endswith("\r") else line for line in lines]
+def _lines(path: str | os.PathLike) -> list[str]:
+    return list(read_lines(path))
 
 
 def _check_langs(langs: Sequence[str] | None, available: Sequence[str], dataset: str) -> list[str]:
@@ -126,10 +121,10 @@ def read_umsab(
         data[lang] = {}
         for split, name in zip(SPLITS, ("train", "val", "test")):
             folder = root / _LANG_NAMES[lang]
-            texts = read_lines(folder / f"{name}_text.txt")
+            texts = _lines(folder / f"{name}_text.txt")
             if unescape:
                 texts = [_UNICODE_ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), t) for t in texts]
-            labels = [UMSAB_LABELS[int(v)] for v in read_lines(folder / f"{name}_labels.txt")]
+            labels = [UMSAB_LABELS[int(v)] for v in _lines(folder / f"{name}_labels.txt")]
             if len(texts) != len(labels):
                 raise ValueError(f"{folder}/{name}: {len(texts)} texts but {len(labels)} labels")
             data[lang][split] = LabeledSplit(texts, labels)
@@ -139,13 +134,15 @@ def read_umsab(
 # --- multi-way retrieval ----------------------------------------------------------------------------------
 
 
-def read_ntrex128(data_dir: str | os.PathLike | None = None, langs: Sequence[str] | None = LANGS) -> dict[str, list[str]]:
+def read_ntrex128(
+    data_dir: str | os.PathLike | None = None, langs: Sequence[str] | None = LANGS
+) -> dict[str, list[str]]:
     """NTREX-128 (1,997 news sentences, CRLF files)."""
     root = get_data_dir(data_dir) / "ntrex128"
     langs = _check_langs(langs, LANGS, "ntrex128")
     names = {lang: f"newstest2019-ref.{_FLORES[lang][:3]}.txt" for lang in LANGS}
     names["en"] = "newstest2019-src.eng.txt"
-    return _aligned({lang: read_lines(root / names[lang]) for lang in langs}, "ntrex128")
+    return _aligned({lang: _lines(root / names[lang]) for lang in langs}, "ntrex128")
 
 
 def read_flores_devtest(
@@ -154,7 +151,7 @@ def read_flores_devtest(
     """FLORES-200 devtest (1,012 sentences). Overlaps SIB-200."""
     root = get_data_dir(data_dir) / "flores-devtest"
     langs = _check_langs(langs, LANGS, "flores-devtest")
-    return _aligned({lang: read_lines(root / f"{_FLORES[lang]}.devtest") for lang in langs}, "flores-devtest")
+    return _aligned({lang: _lines(root / f"{_FLORES[lang]}.devtest") for lang in langs}, "flores-devtest")
 
 
 def read_tico19(
@@ -163,14 +160,14 @@ def read_tico19(
     """TICO-19 test (2,100 COVID-domain sentences; en, es (Latin-American), fr only)."""
     root = get_data_dir(data_dir) / "tico19-test"
     langs = _check_langs(langs, ("en", "es", "fr"), "tico19-test")
-    return _aligned({lang: read_lines(root / f"tico19-test.{lang}") for lang in langs}, "tico19-test")
+    return _aligned({lang: _lines(root / f"tico19-test.{lang}") for lang in langs}, "tico19-test")
 
 
 def read_ud_pud(data_dir: str | os.PathLike | None = None, langs: Sequence[str] | None = LANGS) -> dict[str, list[str]]:
     """UD PUD treebank sentences (1,000, news + Wikipedia)."""
     root = get_data_dir(data_dir) / "ud-pud"
     langs = _check_langs(langs, LANGS, "ud-pud")
-    return _aligned({lang: read_lines(root / f"pud.{lang}.txt") for lang in langs}, "ud-pud")
+    return _aligned({lang: _lines(root / f"pud.{lang}.txt") for lang in langs}, "ud-pud")
 
 
 RETRIEVAL_SETS: dict[str, tuple[Callable[..., dict[str, list[str]]], tuple[str, ...]]] = {

@@ -58,6 +58,9 @@ class LaserModel(SentenceEncoderMixin, LaserPreTrainedModel):
     position to max-pool over, and it keeps one input format for LASER and T-LASER models).
     """
 
+    # a translation checkpoint also holds the decoder: loading the encoder alone skips it quietly
+    _keys_to_ignore_on_load_unexpected = [r"^decoder\.", r"^lm_head\."]
+
     def __init__(self, config: LaserConfig):
         super().__init__(config)
         self.embed_tokens = nn.Embedding(config.vocab_size, config.embed_dim, padding_idx=config.pad_token_id)
@@ -101,7 +104,7 @@ class LaserModel(SentenceEncoderMixin, LaserPreTrainedModel):
             ``last_hidden_state`` [B, S, 2 * lstm_hidden_size] (zeros at padding) and ``pooler_output``
             [B, 2 * lstm_hidden_size].
         """
-        return_dict = self.config.use_return_dict if return_dict is None else return_dict
+        return_dict = self.config.return_dict if return_dict is None else return_dict
         batch, seq_len = input_ids.shape
         limit = self.config.max_position_embeddings
         if seq_len > limit:

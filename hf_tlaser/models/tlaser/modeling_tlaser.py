@@ -147,6 +147,9 @@ class TLaserPreTrainedModel(PreTrainedModel):
 class TLaserModel(SentenceEncoderMixin, TLaserPreTrainedModel):
     """The T-LASER encoder. ``pooler_output`` (final LayerNorm output at the STR_TAG position) is the embedding."""
 
+    # a translation checkpoint also holds the decoder: loading the encoder alone skips it quietly
+    _keys_to_ignore_on_load_unexpected = [r"^decoder\.", r"^lm_head\."]
+
     def __init__(self, config: TLaserConfig):
         super().__init__(config)
         self.embed_scale = math.sqrt(config.hidden_size) if config.scale_embedding else 1.0

@@ -1,0 +1,78 @@
+"""Evaluation: xsim / P@1 retrieval, margin-based bitext mining, zero-shot classification, readers, plots.
+
+Everything works on embeddings (numpy or torch) or on an ``embed(texts) -> np.ndarray`` callable, so it is
+independent of the model. kNN uses faiss when importable, else torch (``backend=`` to force one).
+"""
+
+from .classifier import ClassifierConfig, TransferResult, select_epoch, zero_shot_transfer
+from .knn import MARGINS, knn
+from .metrics import load_metric, metric_path
+from .mining import mine, write_bitexts
+from .plots import plot_embeddings, plot_heatmap, plot_training_curves, plot_transfer_matrix
+from .readers import (
+    CLASSIFICATION_SETS,
+    LANGS,
+    RETRIEVAL_SETS,
+    LabeledSplit,
+    read_flores_devtest,
+    read_mldoc,
+    read_mldoc_file,
+    read_ntrex128,
+    read_sib200,
+    read_tico19,
+    read_ud_pud,
+    read_umsab,
+)
+from .report import markdown_table, write_report
+from .retrieval import precision_at_1, xsim, xsim_both, xsim_matrix
+from .suite import (
+    SUITES,
+    RetrievalResult,
+    embed_classification,
+    evaluate_classification,
+    evaluate_retrieval,
+    read_classification,
+    run_suite,
+)
+
+__all__ = [
+    "CLASSIFICATION_SETS",
+    "LANGS",
+    "MARGINS",
+    "RETRIEVAL_SETS",
+    "SUITES",
+    "ClassifierConfig",
+    "LabeledSplit",
+    "RetrievalResult",
+    "TransferResult",
+    "embed_classification",
+    "evaluate_classification",
+    "evaluate_retrieval",
+    "knn",
+    "load_metric",
+    "markdown_table",
+    "metric_path",
+    "mine",
+    "plot_embeddings",
+    "plot_heatmap",
+    "plot_training_curves",
+    "plot_transfer_matrix",
+    "precision_at_1",
+    "read_classification",
+    "read_flores_devtest",
+    "read_mldoc",
+    "read_mldoc_file",
+    "read_ntrex128",
+    "read_sib200",
+    "read_tico19",
+    "read_ud_pud",
+    "read_umsab",
+    "run_suite",
+    "select_epoch",
+    "write_bitexts",
+    "write_report",
+    "xsim",
+    "xsim_both",
+    "xsim_matrix",
+    "zero_shot_transfer",
+]

@@ -1,0 +1,138 @@
+"""xsim / P@1 / mining / kNN backends / local evaluate modules."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from hf_tlaser.evaluation import load_metric, mine, precision_at_1, xsim, xsim_both, xsim_matrix
+from hf_tlaser.evaluation.knn import faiss_available, knn
+
+S3 = 1 / np.sqrt(3)
+# Sources are the unit axes; target 0 is a hub (equally close to every source), target 1 is a poor
+# translation of source 1 that is less similar to it than the hub is.
+HUB_SRC = np.eye(3, dtype=np.float32)
+HUB_TGT = np.array([[S3, S3, S3], [0, 0.5, -np.sqrt(0.75)], [0, 0, 1]], dtype=np.float32)
+# k=2 neighbourhood means: sources (x -> y) and targets (y -> x), from the cosine table
+FWD_MEAN = np.array([S3 / 2, (S3 + 0.5) / 2, (1 + S3) / 2])
+BWD_MEAN = np.array([S3, (0.5 + 0) / 2, (1 + 0) / 2])
+
+
+@pytest.mark.parametrize(("margin", "expected"), [("absolute", 100 / 3), ("distance", 0.0), ("ratio", 0.0)])
+def test_xsim_hub_margins(margin, expected):
+    assert xsim(HUB_SRC, HUB_TGT, margin=margin, k=2) == pytest.approx(expected)
+
+
+def test_xsim_torch_input_and_normalisation():
+    src = torch.from_numpy(HUB_SRC) * 5  # scale must not matter
+    assert xsim(src, HUB_TGT * 3, margin="ratio", k=2) == 0.0
+    assert xsim(src, HUB_TGT, margin="absolute", k=2) == pytest.approx(100 / 3)
+
+
+def _noisy_pair(n=40, dim=16, noise=0.1, seed=0):
+    rng = np.random.default_rng(seed)
+    src = rng.normal(size=(n, dim)).astype(np.float32)
+    return src, (src + noise * rng.normal(size=(n, dim))).astype(np.float32)
+
+
+def test_xsim_both_and_matrix():
+    src, tgt = _noisy_pair()
+    assert xsim_both(src, tgt) == (0.0, 0.0)
+    shuffled = tgt.copy()
+    shuffled[[0, 1]] = shuffled[[1, 0]]
+    langs, matrix = xsim_matrix({"en": src, "de": tgt, "fr": shuffled}, margin="absolute")
+    assert langs == ["en", "de", "fr"]
+    assert np.isnan(np.diag(matrix)).all()
+    assert matrix[0, 1] == 0.0 and matrix[0, 2] == pytest.approx(5.0) and matrix[2, 1] == pytest.approx(5.0)
+
+
+def test_precision_at_1_distractors():
+    src, tgt = _noisy_pair(n=20)
+    assert precision_at_1(src, tgt) == 100.0
+    # exact copies of three sources are better matches than their noisy translations
+    assert precision_at_1(src, tgt, distractors=src[:3]) == pytest.approx(85.0)
+    assert precision_at_1(src, tgt, distractors=-src) == 100.0
+
+
+def test_bad_inputs():
+    with pytest.raises(ValueError, match="valid: absolute, distance, ratio"):
+        xsim(HUB_SRC, HUB_TGT, margin="cosine")
+    with pytest.raises(ValueError, match="tgt_emb has dimension 2"):
+        xsim(HUB_SRC, HUB_TGT[:, :2])
+    with pytest.raises(ValueError, match="src_emb has 3 rows but tgt_emb has 2"):
+        xsim(HUB_SRC, HUB_TGT[:2])
+    with pytest.raises(ValueError, match="distractors has dimension 2"):
+        precision_at_1(HUB_SRC, HUB_TGT, distractors=np.ones((2, 2)))
+    with pytest.raises(ValueError, match="valid: fwd, bwd, max, intersect"):
+        mine(HUB_SRC, HUB_TGT, retrieval="both")
+
+
+def test_mine_hub_scores():
+    pairs = mine(HUB_SRC, HUB_TGT, k=2, retrieval="fwd", margin="ratio")
+    cos = {(0, 0): S3, (1, 1): 0.5, (2, 2): 1.0}
+    expected = sorted(((c / ((FWD_MEAN[i] + BWD_MEAN[j]) / 2), i, j) for (i, j), c in cos.items()), key=lambda p: -p[0])
+    assert [(i, j) for _, i, j in pairs] == [(i, j) for _, i, j in expected]
+    assert np.allclose([s for s, _, _ in pairs], [s for s, _, _ in expected], atol=1e-5)
+    hub_score = next(s for s, i, j in pairs if (i, j) == (0, 0))
+    assert hub_score == pytest.approx(4 / 3, abs=1e-5)  # S3 / ((S3/2 + S3) / 2)
+
+
+def _mining_example():
+    src = np.eye(4, dtype=np.float32)[:3]
+    tgt = np.array([[1, 0.1, 0, 0], [0, 1, 0, 0], [0.2, 0, 1, 0], [0.3, 0.2, 0.1, 0.9]], dtype=np.float32)
+    return src, tgt
+
+
+def test_mine_retrieval_modes(tmp_path):
+    src, tgt = _mining_example()
+    ids = {r: [(i, j) for _, i, j in mine(src, tgt, k=2, retrieval=r)] for r in ("fwd", "bwd", "intersect", "max")}
+    assert sorted(ids["fwd"]) == [(0, 0), (1, 1), (2, 2)]
+    assert sorted(ids["bwd"]) == [(0, 0), (0, 3), (1, 1), (2, 2)]  # the extra target picks source 0
+    assert sorted(ids["intersect"]) == [(0, 0), (1, 1), (2, 2)]
+    assert sorted(ids["max"]) == [(0, 0), (1, 1), (2, 2)]  # source 0 is used once, by its best pair
+    bwd = mine(src, tgt, k=2, retrieval="bwd")
+    weakest = bwd[-1][0]
+    assert (bwd[-1][1], bwd[-1][2]) == (0, 3)
+    kept = mine(src, tgt, k=2, retrieval="bwd", threshold=weakest)
+    assert len(kept) == 3 and all(s > weakest for s, _, _ in kept)
+    out = tmp_path / "mined.tsv"
+    pairs = mine(src, tgt, ["a", "b", "c"], ["A", "B", "C", "D"], k=2, output=out)
+    lines = out.read_text(encoding="utf-8").split("\n")
+    assert lines[-1] == "" and len(lines) == 4
+    assert [line.split("\t")[1:] for line in lines[:-1]] == [["abc"[i], "ABCD"[j]] for _, i, j in pairs]
+    assert float(lines[0].split("\t")[0]) == pytest.approx(pairs[0][0], abs=1e-6)
+
+
+@pytest.mark.skipif(not faiss_available(), reason="faiss not installed")
+def test_faiss_and_torch_knn_agree():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(200, 32)).astype(np.float32)
+    y = rng.normal(size=(300, 32)).astype(np.float32)
+    sims_f, ids_f = knn(x, y, 5, backend="faiss")
+    sims_t, ids_t = knn(x, y, 5, backend="torch", batch_size=64)
+    assert (ids_f == ids_t).all()
+    assert np.allclose(sims_f, sims_t, atol=1e-4)
+    src, tgt = _noisy_pair(n=100, noise=0.8, seed=2)
+    for margin in ("absolute", "ratio"):
+        assert xsim(src, tgt, margin, backend="faiss") == xsim(src, tgt, margin, backend="torch")
+    mined_f = mine(src, tgt, backend="faiss")
+    mined_t = mine(src, tgt, backend="torch")
+    assert [p[1:] for p in mined_f] == [p[1:] for p in mined_t]
+    assert np.allclose([p[0] for p in mined_f], [p[0] for p in mined_t], atol=1e-5)
+
+
+def test_evaluate_modules_offline(monkeypatch):
+    import evaluate
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(evaluate.config, "HF_EVALUATE_OFFLINE", True, raising=False)
+    monkeypatch.setattr(evaluate.config, "HF_HUB_OFFLINE", True, raising=False)
+    metric = load_metric("xsim")
+    for margin, errors in (("absolute", 1), ("ratio", 0)):
+        result = metric.compute(predictions=HUB_SRC.tolist(), references=HUB_TGT.tolist(), margin=margin, k=2)
+        assert result == {"xsim": pytest.approx(xsim(HUB_SRC, HUB_TGT, margin, k=2)), "errors": errors, "n": 3}
+    accuracy = load_metric("accuracy")
+    assert accuracy.compute(predictions=[0, 1, 2, 2], references=[0, 1, 1, 2]) == {"accuracy": 0.75}
+    with pytest.raises(ValueError, match="valid: xsim, accuracy"):
+        load_metric("bleu")

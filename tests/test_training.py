@@ -1,0 +1,136 @@
+"""Training: token-normalised loss under accumulation, resume after a kill, loss falls on real data, 2-process
+DDP keeps ranks identical, the inverse-sqrt schedule."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from hf_tlaser import TLaserConfig, TLaserForTranslation, save_tokenizer
+from hf_tlaser.data import TranslationCollator
+from hf_tlaser.training.cli import parse_args, train
+from hf_tlaser.training.trainer import inverse_sqrt_schedule
+
+TINY = [
+    "hidden_size=32",
+    "num_hidden_layers=2",
+    "num_attention_heads=4",
+    "intermediate_size=64",
+    "decoder_attention_heads=4",
+    "decoder_ffn_dim=64",
+]
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory, tokenizer) -> Path:
+    folder = tmp_path_factory.mktemp("tok")
+    save_tokenizer(tokenizer, folder)
+    return folder
+
+
+def tiny_args(out: Path, tokenizer_dir: Path, *extra: str, model: str = "ctlaser") -> list[str]:
+    args = [
+        "--model", model, "--preset", "tiny", "--corpora", "wmt-newstest-multiway", "--max-lines", "400",
+        "--tokenizer", str(tokenizer_dir), "--output-dir", str(out), "--max-tokens", "600",
+        "--update-tokens", "1200", "--warmup-updates", "5", "--learning-rate", "3e-3", "--logging-steps", "1",
+        "--seed", "3",
+    ]  # fmt: skip
+    return args + [f"--set={item}" for item in TINY] + list(extra)
+
+
+def losses(out: str | Path, key: str = "loss") -> dict[int, float]:
+    history = json.loads((Path(out) / "trainer_state.json").read_text())["log_history"]
+    return {entry["step"]: entry[key] for entry in history if key in entry}
+
+
+def test_inverse_sqrt_schedule_matches_fairseq():
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=5e-4)
+    schedule = inverse_sqrt_schedule(optimizer, warmup_updates=4000, warmup_init_lr=1e-7)
+    factors = [schedule.lr_lambdas[0](step) * 5e-4 for step in (0, 2000, 4000, 16000)]
+    assert factors == pytest.approx([1e-7, 1e-7 + (5e-4 - 1e-7) / 2, 5e-4, 2.5e-4])
+
+
+def test_token_normalised_loss_is_split_invariant(tokenizer):
+    """sum/N over the whole update: two half batches with num_items_in_batch = N give the full batch's gradient."""
+    torch.manual_seed(0)
+    model = TLaserForTranslation(TLaserConfig(vocab_size=len(tokenizer), **parse_set(TINY), dropout=0.0))
+    collate = TranslationCollator(tokenizer)
+    items = [
+        {"src_lang": "de", "tgt_lang": "en", "src": s, "tgt": t}
+        for s, t in [("die börse fällt", "stocks fall"), ("ein tag", "a day"), ("wir danken", "we thank you")]
+    ]
+    full = collate(items)
+    total = int((full["labels"] != -100).sum())
+    model(**full).loss.backward()
+    expected = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+    model.zero_grad()
+    for part in (items[:1], items[1:]):
+        model(**collate(part), num_items_in_batch=total).loss.backward()
+    got = [p.grad for p in model.parameters() if p.grad is not None]
+    for a, b in zip(expected, got):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+def parse_set(items: list[str]) -> dict:
+    return {k: int(v) for k, v in (item.split("=") for item in items)}
+
+
+def test_loss_falls_on_real_data(tmp_path, tokenizer_dir):
+    out = Path(
+        train(
+            parse_args(tiny_args(tmp_path / "run", tokenizer_dir, "--max-steps", "30", "--save-steps", "1000"))
+        ).args.output_dir
+    )
+    history = losses(out, "loss_mt_per_token")  # translation cross entropy per target token
+    first, last = sum(history[s] for s in (1, 2, 3)) / 3, sum(history[s] for s in (28, 29, 30)) / 3
+    assert last < first - 0.4, (first, last)
+    state = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    logged = next(e for e in state if e.get("step") == 2 and "loss" in e)
+    assert {"loss_mt_per_token", "d_p", "hinge", "v_norm", "mean_cosine", "tokens_per_second"} <= set(logged)
+    assert (out / "model.safetensors").exists() and (out / "tokenizer.json").exists()
+
+
+def test_killed_run_resumes_with_the_same_losses(tmp_path, tokenizer_dir):
+    full = train(parse_args(tiny_args(tmp_path / "full", tokenizer_dir, "--max-steps", "6", "--save-steps", "3")))
+    expected = losses(full.args.output_dir)
+    killed = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "hf_tlaser.training.cli", *tiny_args(killed, tokenizer_dir, "--max-steps", "500")]
+    proc = subprocess.Popen([*cmd, "--save-steps", "3"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    marker = killed / "checkpoint-3" / "trainer_state.json"
+    deadline = time.monotonic() + 240
+    while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(0.5)
+    proc.kill()  # SIGKILL: no clean shutdown
+    proc.wait()
+    assert marker.exists() and not (killed / "model.safetensors").exists()
+    resumed = train(
+        parse_args(tiny_args(killed, tokenizer_dir, "--max-steps", "6", "--save-steps", "3", "--resume", "auto"))
+    )
+    got = losses(resumed.args.output_dir)
+    for step in (4, 5, 6):
+        assert got[step] == pytest.approx(expected[step], rel=1e-5), (step, got, expected)
+
+
+def test_two_process_ddp_keeps_ranks_identical(tmp_path, tokenizer_dir):
+    out = tmp_path / "ddp"
+    worker = Path(__file__).with_name("ddp_worker.py")
+    cmd = [
+        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", str(worker),
+        *tiny_args(out, tokenizer_dir, "--max-steps", "3", "--save-steps", "1000", "--use-cpu"),
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    sums = [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert sums[0]["world_size"] == sums[1]["world_size"] == 2
+    assert sums[0]["checksum"] == sums[1]["checksum"]
+    assert sums[0]["batches"] != sums[1]["batches"]  # each rank trained on its own micro-batches

@@ -73,6 +73,8 @@ def clean_groups(
     languages = [lang for lang in languages if lang in dataset.column_names]
 
     def count_tokens(texts: list[str]) -> list[int]:
+        if not texts:  # tokenizers fail on an empty batch
+            return []
         if tokenizer is None:
             return [len(text.split()) for text in texts]
         return [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]

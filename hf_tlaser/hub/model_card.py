@@ -313,9 +313,10 @@ def render_model_card(
         pipeline_tag="sentence-similarity",
         tags=tags,
         datasets=corpora or None,
-        model_name=repo_id.split("/")[-1],
-        eval_results=_eval_results(evaluation or {}) or None,
     )
+    eval_results = _eval_results(evaluation or {})
+    if eval_results:  # model-index: name + results
+        metadata.model_name, metadata.eval_results = repo_id.split("/")[-1], eval_results
     summary = (
         f"A {name} multilingual sentence encoder (Li & Mak 2020, *Transformer based Multilingual document Embedding "
         f"model*) trained with hf_tlaser: one {embedding_dim(config)}-dim "

@@ -26,7 +26,6 @@ _LEGACY_POOLING_KEYS = {
     "weightedmean": "pooling_mode_weightedmean_tokens",
     "lasttoken": "pooling_mode_lasttoken",
 }
-ST_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json", "1_Pooling/config.json")
 
 
 def read_model_config(model_dir: str | os.PathLike) -> dict:

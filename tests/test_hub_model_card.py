@@ -1,0 +1,76 @@
+"""Model card: valid YAML metadata from any subset of config / training record / trainer state / results."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from huggingface_hub import ModelCard
+
+from hf_tlaser import TLaserConfig
+from hf_tlaser.hub import render_model_card, write_model_card
+
+RESULTS = {
+    "retrieval": {
+        "k": 4,
+        "sizes": {"ntrex128": 1997},
+        "matrices": {
+            "ntrex128": {
+                "absolute": {"langs": ["de", "en"], "xsim": [[None, 10.0], [20.0, None]]},
+                "ratio": {"langs": ["de", "en"], "xsim": [[None, 5.0], [7.0, None]]},
+            }
+        },
+    },
+    "sib200": {"summary": {"cross": [61.5, 1.5], "same": [70.0, 1.0], "all": [63.2, 1.2]}},
+}
+
+
+@pytest.fixture()
+def model_dir(tmp_path):
+    TLaserConfig(vocab_size=300, hidden_size=32, num_attention_heads=4, decoder_attention_heads=4).save_pretrained(
+        tmp_path
+    )
+    return tmp_path
+
+
+def metadata(card: str) -> dict:
+    header = yaml.safe_load(card.split("---\n")[1])
+    assert ModelCard(card).data.to_dict()["pipeline_tag"] == "sentence-similarity"
+    return header
+
+
+def test_card_without_training_or_results(model_dir):
+    card = render_model_card(model_dir)
+    meta = metadata(card)
+    assert meta["library_name"] == "transformers"
+    assert meta["license"] == "apache-2.0"
+    assert meta["language"] == ["de", "en", "es", "fr", "it"]
+    assert {"sentence-transformers", "feature-extraction", "t-laser"} <= set(meta["tags"])
+    assert "model-index" not in meta
+    assert "Not evaluated yet" in card
+    assert "$" not in card  # every placeholder filled
+
+
+def test_card_with_training_and_results(model_dir):
+    train = {
+        "args": {"corpora": "wmt-newstest-multiway,multi30k", "pairs": "de-en", "seed": 1},
+        "recipe": {"learning_rate": 0.001},
+        "preset": "ctlaser-tiny",
+    }
+    (model_dir / "hf_tlaser_train.json").write_text(json.dumps(train))
+    (model_dir / "trainer_state.json").write_text(json.dumps({"global_step": 40, "log_history": [{"loss": 5.25}]}))
+    (model_dir / "results.json").write_text(json.dumps(RESULTS))
+    card = render_model_card(model_dir, repo_id="someone/ct-laser-tiny")
+    meta = metadata(card)
+    assert meta["datasets"] == ["wmt-newstest-multiway", "multi30k"]
+    results = meta["model-index"][0]["results"]
+    xsim = {m["name"]: m["value"] for r in results if r["dataset"]["type"] == "ntrex128" for m in r["metrics"]}
+    assert xsim == {"average xsim error % (absolute margin)": 15.0, "average xsim error % (ratio margin)": 6.0}
+    accuracy = [m["value"] for r in results if r["dataset"]["type"] == "sib200" for m in r["metrics"]]
+    assert accuracy == [61.5, 70.0, 63.2]
+    assert "non-commercial" in card and "someone/ct-laser-tiny" in card and "61.50 ± 1.50" in card
+
+    readme = write_model_card(model_dir)
+    readme.write_text("hand-written card")
+    assert write_model_card(model_dir).read_text() == "hand-written card"  # kept unless overwrite

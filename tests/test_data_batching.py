@@ -163,3 +163,20 @@ def test_collator_contract_multiway(tokenizer):
     assert batch["pair_index"].tolist() == [[0, 1], [0, 2], [1, 2], [2, 1], [3, 1], [3, 2]]
     assert batch["tgt_lang"].tolist() == [1, 2, 2, 1, 1, 2]
     assert np.array_equal(batch["labels"][1, :2].numpy(), batch["labels"][2, :2].numpy())
+
+
+def test_cleaning_stores_the_lengths_the_samplers_read(tokenizer, data_dir):
+    from hf_tlaser.data import CleaningConfig, load_corpora
+    from hf_tlaser.data.lengths import LENGTH_PREFIX
+
+    ds = load_corpora(
+        ["wmt-newstest-multiway"], data_dir, cleaning=CleaningConfig(max_tokens=60), tokenizer=tokenizer, max_lines=300
+    )
+    stored = sentence_lengths(ds, tokenizer)
+    recomputed = sentence_lengths(
+        ds.remove_columns([c for c in ds.column_names if c.startswith(LENGTH_PREFIX)]), tokenizer
+    )
+    assert stored.keys() == recomputed.keys()
+    for lang in stored:
+        assert (stored[lang] == recomputed[lang]).all(), lang
+        assert stored[lang].max() <= 62

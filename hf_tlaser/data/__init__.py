@@ -1,11 +1,6 @@
 """Parallel corpora, cleaning, pair curriculum, token-budget batching and the translation collator."""
 
-from hf_tlaser.data.batching import (
-    MultiwayBatchSampler,
-    PairBatchSampler,
-    ParallelExamples,
-    sentence_lengths,
-)
+from hf_tlaser.data.batching import MultiwayBatchSampler, PairBatchSampler, ParallelExamples
 from hf_tlaser.data.cleaning import CleaningConfig, CleaningReport, clean_groups
 from hf_tlaser.data.collator import TranslationCollator, count_target_tokens
 from hf_tlaser.data.corpora import (
@@ -18,6 +13,7 @@ from hf_tlaser.data.corpora import (
     load_corpus,
 )
 from hf_tlaser.data.languages import BILINGUAL_PAIRS, DEFAULT_PAIRS, LANGUAGES, Pair, parse_pairs
+from hf_tlaser.data.lengths import sentence_lengths, token_counts
 from hf_tlaser.data.paths import get_data_dir
 from hf_tlaser.data.pivot import join_on_english, normalize_whitespace
 from hf_tlaser.data.readers import (
@@ -64,4 +60,5 @@ __all__ = [
     "read_moses",
     "read_tsv",
     "sentence_lengths",
+    "token_counts",
 ]

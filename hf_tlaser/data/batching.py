@@ -26,48 +26,10 @@ import datasets
 import numpy as np
 import torch
 from torch.utils.data import Sampler
-from transformers import PreTrainedTokenizerBase
 
 from hf_tlaser.data.languages import DEFAULT_PAIRS, LANGUAGES, Pair, check_languages
 
 logger = logging.getLogger(__name__)
-
-
-def sentence_lengths(
-    dataset: datasets.Dataset,
-    tokenizer: PreTrainedTokenizerBase | None = None,
-    languages: Sequence[str] = LANGUAGES,
-    batch_size: int = 10_000,
-) -> dict[str, np.ndarray]:
-    """Encoder-format length (tokens incl. ``STR_TAG`` and ``</s>``) of every sentence, 0 where absent or empty.
-
-    Without a tokenizer: whitespace tokens + 2 (an approximation; budgets are then not guaranteed).
-    Computed with ``Dataset.map`` (cached next to the dataset's Arrow files).
-    """
-    languages = [lang for lang in languages if lang in dataset.column_names]
-
-    def lengths(batch: dict[str, list]) -> dict[str, list[int]]:
-        out = {}
-        for lang in languages:
-            texts = batch[lang]
-            present = [i for i, text in enumerate(texts) if text]
-            column = [0] * len(texts)
-            if tokenizer is None:
-                counts = [len(texts[i].split()) + 2 for i in present]
-            else:
-                counts = [len(ids) for ids in tokenizer([texts[i] for i in present])["input_ids"]] if present else []
-            for i, count in zip(present, counts):
-                column[i] = count
-            out[lang] = column
-        return out
-
-    features = datasets.Features({lang: datasets.Value("int32") for lang in languages})
-    table = (
-        dataset.select_columns(languages)
-        .map(lengths, batched=True, batch_size=batch_size, features=features, desc="sentence lengths")
-        .with_format("numpy")
-    )
-    return {lang: np.asarray(table[lang], dtype=np.int64) for lang in languages}
 
 
 class _Stream:

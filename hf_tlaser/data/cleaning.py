@@ -11,6 +11,7 @@ import numpy as np
 from transformers import PreTrainedTokenizerBase
 
 from hf_tlaser.data.languages import LANGUAGES
+from hf_tlaser.data.lengths import LENGTH_PREFIX, token_counts
 
 logger = logging.getLogger(__name__)
 
@@ -72,27 +73,23 @@ def clean_groups(
     config = config or CleaningConfig()
     languages = [lang for lang in languages if lang in dataset.column_names]
 
-    def count_tokens(texts: list[str]) -> list[int]:
-        if not texts:  # tokenizers fail on an empty batch
-            return []
-        if tokenizer is None:
-            return [len(text.split()) for text in texts]
-        return [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
-
     def mark(batch: dict[str, list]) -> dict[str, list]:
         n = len(batch["corpus"])
         lengths: list[dict[str, int]] = [{} for _ in range(n)]
         for lang in languages:
             present = [i for i, text in enumerate(batch[lang]) if text is not None]
-            for i, count in zip(present, count_tokens([batch[lang][i] for i in present])):
+            for i, count in zip(present, token_counts([batch[lang][i] for i in present], tokenizer)):
                 lengths[i][lang] = count
         out: dict[str, list] = {lang: list(batch[lang]) for lang in languages}
         out.update({f"_removed_{reason}": [0] * n for reason in REASONS[:3]})
         out["_dropped"] = [0] * n  # 0: kept, else 1 + index in REASONS
+        out.update({LENGTH_PREFIX + lang: [] for lang in languages})
         for i, group in enumerate(lengths):
             removed, reasons = _clean_group(group, config)
             for lang in removed:
                 out[lang][i] = None
+            for lang in languages:  # encoder-format lengths for the batch samplers (0: absent)
+                out[LENGTH_PREFIX + lang].append(0 if lang in removed or lang not in group else group[lang] + 2)
             for reason in reasons:
                 out[f"_removed_{reason}"][i] += 1
             if len(group) - len(removed) < 2:
@@ -100,7 +97,7 @@ def clean_groups(
         return out
 
     marked = dataset.map(mark, batched=True, batch_size=config.batch_size, desc="cleaning")
-    counts = marked.select_columns([c for c in marked.column_names if c.startswith("_")]).with_format("numpy")
+    counts = marked.select_columns([c for c in marked.column_names if c.startswith("_")]).with_format("numpy")[:]
     dropped = np.bincount(np.asarray(counts["_dropped"]), minlength=len(REASONS) + 1)
     report = CleaningReport(
         total=len(dataset),
@@ -118,4 +115,8 @@ def clean_groups(
         report.removed_sentences,
     )
     cleaned = marked.filter(lambda dropped: [d == 0 for d in dropped], input_columns="_dropped", batched=True)
-    return cleaned.remove_columns([c for c in marked.column_names if c.startswith("_")]), report
+    # internal columns go; the subword lengths stay for sentence_lengths (whitespace counts would mislead it)
+    internal = [
+        c for c in marked.column_names if c.startswith("_") and (tokenizer is None or not c.startswith(LENGTH_PREFIX))
+    ]
+    return cleaned.remove_columns(internal), report

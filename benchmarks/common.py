@@ -1,0 +1,364 @@
+"""Shared benchmark machinery: sizes, real data and tokenizer, interleaved timing, FLOP counts, machine info,
+profiler tables and the result record every benchmark returns."""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from transformers import PreTrainedTokenizerFast
+
+from hf_tlaser.data import (
+    DEFAULT_TRAIN_CORPORA,
+    MultiwayBatchSampler,
+    PairBatchSampler,
+    ParallelExamples,
+    TranslationCollator,
+    count_target_tokens,
+    load_corpora,
+    load_corpus,
+    sentence_lengths,
+)
+from hf_tlaser.training.presets import get_preset
+
+SIZES = ("smoke", "quick", "full")
+"""``smoke``: seconds, for the tests; ``quick``: about a minute per benchmark; ``full``: the reported numbers."""
+
+Batch = dict[str, torch.Tensor]
+
+
+def check_size(size: str) -> str:
+    if size not in SIZES:
+        raise ValueError(f"unknown size {size!r}; expected one of {SIZES}")
+    return size
+
+
+@dataclass
+class Target:
+    """A pass/fail goal of a benchmark: ``value`` compared with ``threshold`` (``>=`` or ``<=``)."""
+
+    name: str
+    value: float
+    threshold: float
+    higher_is_better: bool = True
+
+    @property
+    def passed(self) -> bool:
+        return self.value >= self.threshold if self.higher_is_better else self.value <= self.threshold
+
+    def describe(self) -> str:
+        sign = ">=" if self.higher_is_better else "<="
+        return f"{self.name}: {self.value:.3g} (target {sign} {self.threshold:g}) {'met' if self.passed else 'MISSED'}"
+
+
+@dataclass
+class BenchResult:
+    """What a benchmark returns: JSON-able ``data``, a markdown section body, targets and an optional profile."""
+
+    number: int
+    title: str
+    data: dict[str, Any]
+    markdown: str
+    targets: list[Target] = field(default_factory=list)
+    profile: str | None = None
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "number": self.number,
+            "title": self.title,
+            "data": self.data,
+            "targets": [{**t.__dict__, "passed": t.passed} for t in self.targets],
+            "profile": self.profile,
+            "seconds": round(self.seconds, 2),
+        }
+
+
+# ---------------------------------------------------------------------------------------------------- timing
+
+
+def median(values: Iterable[float]) -> float:
+    return float(statistics.median(list(values)))
+
+
+def interleaved(
+    fns: dict[str, Callable[[], Any]], repeats: int, warmup: int = 1, progress: str | None = None
+) -> dict[str, list[float]]:
+    """Wall-clock seconds of each callable over ``repeats`` rounds run A B C A B C ... (after ``warmup`` rounds),
+    so that drifts of the machine's speed hit every variant alike."""
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for rnd in range(warmup + repeats):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            elapsed = time.perf_counter() - start
+            if rnd >= warmup:
+                times[name].append(elapsed)
+        if progress:
+            log(f"{progress}: round {rnd + 1}/{warmup + repeats}")
+    return times
+
+
+def log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+@contextmanager
+def autocast(dtype: torch.dtype | None, device: str = "cpu"):
+    """``torch.autocast`` for a lower precision, nothing for ``None`` / float32."""
+    enabled = dtype is not None and dtype != torch.float32
+    with torch.autocast(device, dtype=dtype if enabled else None, enabled=enabled):
+        yield
+
+
+DTYPES: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+# ---------------------------------------------------------------------------------------------------- FLOPs
+
+
+def encoder_layer_flops(batch: int, seq: int, d: int, f: int, first_only: bool = False) -> tuple[float, float]:
+    """(projection + FFN, attention) multiply-add FLOPs of one encoder layer: 2BS(4d^2 + 2df) and 2*2*B*S^2*d.
+
+    ``first_only`` (T-LASER's pooled-only last layer): keys/values for all S positions, the rest for one query."""
+    if first_only:
+        return 2.0 * batch * (seq * 2 * d * d + 2 * d * d + 2 * d * f), 4.0 * batch * seq * d
+    return 2.0 * batch * seq * (4 * d * d + 2 * d * f), 4.0 * batch * seq * seq * d
+
+
+def encoder_flops(batch: int, seq: int, d: int, f: int, layers: int, pooled_only: bool = False) -> tuple[float, float]:
+    """(linear, attention) FLOPs of a ``layers``-deep encoder forward (layer norms, embeddings left out)."""
+    linear = attention = 0.0
+    for i in range(layers):
+        lin, att = encoder_layer_flops(batch, seq, d, f, first_only=pooled_only and i == layers - 1)
+        linear, attention = linear + lin, attention + att
+    return linear, attention
+
+
+def matmul_peak(dtype: torch.dtype, n: int = 2048, repeats: int = 5) -> float:
+    """Best-of-``repeats`` FLOP/s of an n x n @ n x n matmul in ``dtype``."""
+    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
+    a @ b
+    best = math.inf
+    for _ in range(repeats):
+        start = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - start)
+    return 2.0 * n**3 / best
+
+
+# ---------------------------------------------------------------------------------------------------- data
+
+
+@dataclass(frozen=True)
+class DataScale:
+    """How much real data a size reads: lines per corpus file, tokenizer vocabulary and training lines."""
+
+    max_lines: int
+    vocab_size: int
+    tokenizer_lines: int
+
+
+DATA_SCALES = {
+    "smoke": DataScale(max_lines=200, vocab_size=400, tokenizer_lines=300),
+    "quick": DataScale(max_lines=3000, vocab_size=4000, tokenizer_lines=3000),
+    "full": DataScale(max_lines=20000, vocab_size=8000, tokenizer_lines=20000),
+}
+
+
+@functools.cache
+def ntrex_texts(lines: int) -> dict[str, list[str]]:
+    """The first ``lines`` NTREX-128 sentences of each of the 5 languages."""
+    ds = load_corpus("ntrex128", max_lines=lines)
+    return {lang: list(ds[lang]) for lang in ("de", "en", "es", "fr", "it")}
+
+
+@functools.cache
+def tokenizer_for(size: str) -> PreTrainedTokenizerFast:
+    """A joint BPE (the package's ``train_tokenizer``) on the first lines of the 5-way newstest and europarl data."""
+    from hf_tlaser.tokenization import train_tokenizer
+
+    scale = DATA_SCALES[check_size(size)]
+    ds = load_corpus("wmt-newstest-multiway", max_lines=scale.tokenizer_lines)
+    texts = [t for lang in ("de", "en", "es", "fr", "it") for t in ds[lang] if t]
+    return train_tokenizer(texts=texts, vocab_size=scale.vocab_size, show_progress=False)
+
+
+@functools.cache
+def training_data(size: str):
+    """Cleaned training mix (the default corpora, first ``max_lines`` of every file) and its token lengths."""
+    tokenizer = tokenizer_for(size)
+    ds = load_corpora(DEFAULT_TRAIN_CORPORA, tokenizer=tokenizer, max_lines=DATA_SCALES[size].max_lines)
+    return ds, sentence_lengths(ds, tokenizer)
+
+
+def real_batches(size: str, mode: str, max_tokens: int, num_batches: int, seed: int = 0) -> list[Batch]:
+    """``num_batches`` pre-collated micro-batches of the real training mix, drawn exactly as training draws them.
+
+    ``mode="pair"``: ``PairBatchSampler`` + collator with target encodings (``tgt_input_ids``; drop them with
+    ``without_targets`` for plain models). ``mode="multiway"``: ``MultiwayBatchSampler`` + multi-way collator.
+    """
+    ds, lengths = training_data(size)
+    tokenizer = tokenizer_for(size)
+    if mode == "pair":
+        sampler = PairBatchSampler(lengths, max_tokens, seed=seed, num_batches=num_batches)
+    elif mode == "multiway":
+        sampler = MultiwayBatchSampler(lengths, max_tokens, seed=seed, num_batches=num_batches)
+    else:
+        raise ValueError(f"mode={mode!r}; expected 'pair' or 'multiway'")
+    examples = ParallelExamples(ds)
+    collator = TranslationCollator(tokenizer, with_target_encoding=mode == "pair")
+    return [collator(examples.__getitems__(items)) for items in sampler]
+
+
+def without_targets(batches: Sequence[Batch]) -> list[Batch]:
+    """The same batches without the target encodings (a plain T-LASER/LASER batch encodes the sources only)."""
+    return [{k: v for k, v in b.items() if k not in ("tgt_input_ids", "tgt_attention_mask")} for b in batches]
+
+
+def target_tokens(batches: Sequence[Batch]) -> int:
+    return sum(count_target_tokens(b) for b in batches)
+
+
+# ---------------------------------------------------------------------------------------------------- models
+
+
+def count_parameters(model: torch.nn.Module) -> int:
+    """Distinct trainable parameters (tied weights once)."""
+    return sum(p.numel() for p in {id(p): p for p in model.parameters() if p.requires_grad}.values())
+
+
+def build_model(model: str, preset_size: str, vocab_size: int, seed: int = 0, **overrides) -> torch.nn.Module:
+    """A translation model from ``get_preset(model, preset_size)`` with random weights."""
+    torch.manual_seed(seed)
+    preset = get_preset(model, preset_size)
+    return preset.model_class(preset.make_config(vocab_size, **overrides))
+
+
+class TrainStep:
+    """One full training step per micro-batch: forward (optionally under autocast) + backward + AdamW step.
+
+    Calling it runs every batch once (and waits for the GPU, if any)."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        batches: Sequence[Batch],
+        dtype: torch.dtype | None = None,
+        device: str = "cpu",
+    ):
+        self.model, self.dtype, self.device = model.to(device).train(), dtype, device
+        self.batches = [{k: v.to(device) for k, v in b.items()} for b in batches]
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.98), weight_decay=1e-4)
+
+    def step(self, batch: Batch) -> None:
+        with autocast(self.dtype, self.device):
+            loss = self.model(**batch).loss
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def __call__(self) -> None:
+        for batch in self.batches:
+            self.step(batch)
+        if self.device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+
+# ---------------------------------------------------------------------------------------------------- reports
+
+
+def machine_info() -> dict[str, Any]:
+    """CPU model, cores, threads, library versions and the load average at the start."""
+    import sentence_transformers
+    import transformers
+
+    cpu = platform.processor() or "unknown"
+    try:
+        with open("/proc/cpuinfo") as handle:
+            names = [line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")]
+        cpu = names[0] if names else cpu
+    except OSError:
+        pass
+    info = {
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "sentence_transformers": sentence_transformers.__version__,
+        "platform": platform.platform(),
+        "load_average_1min": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
+        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+    }
+    return info
+
+
+def profile_table(fn: Callable[[], Any], rows: int = 10) -> str:
+    """torch.profiler top-``rows`` operators by self CPU time of one call of ``fn``."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows)
+
+
+def md_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """A markdown table; floats get 3 significant digits (thousands separators above 1000)."""
+
+    def cell(value: Any) -> str:
+        if isinstance(value, float):
+            return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+        if isinstance(value, int):
+            return f"{value:,}"
+        return str(value)
+
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------------- attention
+
+
+def manual_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    **_: Any,
+) -> torch.Tensor:
+    """Hand-written softmax attention with ``scaled_dot_product_attention``'s arguments (bool or additive mask)."""
+    scores = (query @ key.transpose(-2, -1)) * (scale if scale is not None else query.shape[-1] ** -0.5)
+    if is_causal:
+        causal = torch.ones(query.shape[-2], key.shape[-2], dtype=torch.bool, device=query.device).tril()
+        scores = scores.masked_fill(~causal, float("-inf"))
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else scores + attn_mask
+    weights = F.dropout(scores.softmax(-1), dropout_p) if dropout_p else scores.softmax(-1)
+    return weights @ value
+
+
+@contextmanager
+def without_sdpa():
+    """Replace ``torch.nn.functional.scaled_dot_product_attention`` by ``manual_attention`` inside the block."""
+    original = F.scaled_dot_product_attention
+    F.scaled_dot_product_attention = manual_attention
+    try:
+        yield
+    finally:
+        F.scaled_dot_product_attention = original

@@ -1,0 +1,137 @@
+"""Benchmark 2: cost of cT-LASER's distance constraint in training tokens/s.
+
+* pair mode (the paper's fairseq set-up): cT-LASER batches carry ``tgt_input_ids`` (targets encoded in the same
+  encoder call as the sources), T-LASER gets the same batches without them;
+* multi-way mode: ``MultiwayBatchSampler`` + the multi-way collator, where every encoded sentence is both a
+  translation source and a distance partner; T-LASER trains on the very same batches with ``distance_beta=0``.
+
+Cost = 1 - tokens/s(cT-LASER) / tokens/s(T-LASER); the paper's Table 1 has 15.2K vs 23.5K words/s (-35 %).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from benchmarks.common import (
+    DTYPES,
+    BenchResult,
+    Target,
+    TrainStep,
+    build_model,
+    check_size,
+    interleaved,
+    log,
+    md_table,
+    median,
+    profile_table,
+    real_batches,
+    target_tokens,
+    tokenizer_for,
+    without_targets,
+)
+
+NUMBER, TITLE = 2, "Distance-constraint cost: cT-LASER vs T-LASER tokens/s"
+TARGET_COST = 0.10
+PAPER_COST = 1 - 15.2 / 23.5
+
+
+@dataclass(frozen=True)
+class Scale:
+    preset: str
+    max_tokens: int
+    num_batches: int
+    repeats: int
+    overrides: dict = field(default_factory=dict)
+    dtype: str = "fp32"
+
+
+SCALES = {
+    "smoke": Scale(
+        "tiny",
+        max_tokens=500,
+        num_batches=2,
+        repeats=1,
+        overrides=dict(hidden_size=64, num_hidden_layers=2, intermediate_size=256, decoder_ffn_dim=256),
+    ),
+    "quick": Scale("tiny", max_tokens=1500, num_batches=3, repeats=3),
+    "full": Scale("tiny", max_tokens=3000, num_batches=6, repeats=5),
+}
+
+
+def encoded_tokens(batches: list) -> int:
+    """Non-pad tokens that go through the encoder (sources, plus targets where ``tgt_input_ids`` is present)."""
+    total = 0
+    for b in batches:
+        total += int(b["attention_mask"].sum())
+        if "tgt_attention_mask" in b:
+            total += int(b["tgt_attention_mask"].sum())
+    return total
+
+
+def run(size: str = "full") -> BenchResult:
+    """Run benchmark 2 at ``size`` (fp32; the same random initial weights for both models)."""
+    scale = SCALES[check_size(size)]
+    vocab = len(tokenizer_for(size))
+    dtype = DTYPES[scale.dtype]
+    log(f"[2] building real pair-mode and multi-way batches (max_tokens={scale.max_tokens})")
+    pair = real_batches(size, "pair", scale.max_tokens, scale.num_batches)
+    multi = real_batches(size, "multiway", scale.max_tokens, scale.num_batches)
+    variants = {  # name -> (model, batches)
+        "pair/tlaser": ("tlaser", without_targets(pair)),
+        "pair/ctlaser": ("ctlaser", pair),
+        "multiway/tlaser": ("tlaser", multi),
+        "multiway/ctlaser": ("ctlaser", multi),
+    }
+    runners = {
+        name: TrainStep(build_model(model, scale.preset, vocab, seed=0, **scale.overrides), batches, dtype)
+        for name, (model, batches) in variants.items()
+    }
+    times = interleaved(runners, scale.repeats, progress="distance cost")
+    speeds = {name: target_tokens(variants[name][1]) / median(t) for name, t in times.items()}
+    costs = {mode: 1 - speeds[f"{mode}/ctlaser"] / speeds[f"{mode}/tlaser"] for mode in ("pair", "multiway")}
+    rows = [
+        [
+            name,
+            len(variants[name][1]),
+            target_tokens(variants[name][1]),
+            encoded_tokens(variants[name][1]),
+            speeds[name],
+        ]
+        for name in variants
+    ]
+    data = {
+        "preset": scale.preset,
+        "overrides": scale.overrides,
+        "dtype": scale.dtype,
+        "max_tokens": scale.max_tokens,
+        "repeats": scale.repeats,
+        "tokens_per_second": speeds,
+        "target_tokens": {name: target_tokens(b) for name, (_, b) in variants.items()},
+        "encoded_tokens": {name: encoded_tokens(b) for name, (_, b) in variants.items()},
+        "cost": costs,
+        "paper_cost": PAPER_COST,
+    }
+    md = "\n".join(
+        [
+            f"`{scale.preset}` preset widths{' with ' + str(scale.overrides) if scale.overrides else ''}, "
+            f"{scale.dtype}, micro-batches of <= {scale.max_tokens} padded tokens, median of {scale.repeats} "
+            "interleaved repeats. In pair mode cT-LASER encodes the targets too (one encoder call); in multi-way "
+            "mode both models encode the same sentences and T-LASER has `distance_beta=0`.",
+            "",
+            md_table(["variant", "batches", "target tokens", "encoded tokens", "target tok/s"], rows),
+            "",
+            f"Cost of the distance constraint: pair mode **{100 * costs['pair']:.1f} %**, multi-way "
+            f"**{100 * costs['multiway']:.1f} %** (target <= {100 * TARGET_COST:.0f} %; paper, pair mode on GPU: "
+            f"{100 * PAPER_COST:.0f} %).",
+        ]
+    )
+    targets = [
+        Target(f"ctlaser cost, {mode} mode", cost, TARGET_COST, higher_is_better=False) for mode, cost in costs.items()
+    ]
+    profile = None
+    missed = [t for t in targets if not t.passed]
+    if missed:
+        mode = "pair" if "pair" in missed[0].name else "multiway"
+        step = runners[f"{mode}/ctlaser"]
+        profile = f"cT-LASER, {mode} mode, one micro-batch:\n" + profile_table(lambda: step.step(step.batches[0]))
+    return BenchResult(NUMBER, TITLE, data, md, targets, profile)

@@ -11,7 +11,6 @@ COMMANDS = {
     "train": "hf_tlaser.training.cli",
     "evaluate": "hf_tlaser.evaluation.cli",
     "push": "hf_tlaser.hub.cli",
-    "bench": "benchmarks.__main__",
 }
 
 

@@ -50,6 +50,7 @@ RECIPE_FLAGS = (
     "max_grad_norm",
     "max_sentence_tokens",
     "batching",
+    "max_lines",
 )
 
 
@@ -61,7 +62,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pairs", default="de-en,de-es,en-es,es-en,fr-en,fr-es,it-en,it-es", help="curriculum pairs")
     p.add_argument("--corpora", default=",".join(DEFAULT_TRAIN_CORPORA), help="registered corpus names")
     p.add_argument("--data-dir", default=None, help="corpora folder (default: $HF_TLASER_DATA or ../shared/data)")
-    p.add_argument("--max-lines", type=int, default=None, help="read only the first N lines of every corpus file")
     p.add_argument("--tokenizer", default=None, help="existing tokenizer folder (default: train a joint BPE)")
     p.add_argument("--output-dir", required=True)
     p.add_argument("--max-steps", type=int, default=1000, help="optimizer updates")
@@ -75,7 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", default=None, help="checkpoint folder, or 'auto' for the last one in --output-dir")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="model config override")
     for name in RECIPE_FLAGS:
-        p.add_argument(f"--{name.replace('_', '-')}", default=None, type=str if name == "batching" else float)
+        kind = {"batching": str, "max_lines": int}.get(name, float)
+        p.add_argument(f"--{name.replace('_', '-')}", default=None, type=kind, help="recipe override (see presets)")
     return p
 
 
@@ -111,7 +112,9 @@ def train(args: argparse.Namespace) -> LaserTrainer:
     recipe = replace(
         preset.recipe,
         **{
-            name: (type(getattr(preset.recipe, name))(getattr(args, name)))
+            name: getattr(args, name)
+            if getattr(preset.recipe, name) is None
+            else type(getattr(preset.recipe, name))(getattr(args, name))
             for name in RECIPE_FLAGS
             if getattr(args, name) is not None
         },
@@ -128,13 +131,13 @@ def train(args: argparse.Namespace) -> LaserTrainer:
         tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     else:
         logger.info("training a %d-token joint BPE on %s", recipe.vocab_size, corpora)
-        texts = corpus_texts(corpora, args.data_dir, languages, max_sentences=args.max_lines)
+        texts = corpus_texts(corpora, args.data_dir, languages, max_sentences=recipe.max_lines)
         tokenizer = train_tokenizer(vocab_size=recipe.vocab_size, texts=texts)
     save_tokenizer(tokenizer, out)
 
     cleaning = CleaningConfig(max_tokens=recipe.max_sentence_tokens - 2)
     dataset = load_corpora(
-        corpora, args.data_dir, languages, cleaning=cleaning, tokenizer=tokenizer, max_lines=args.max_lines
+        corpora, args.data_dir, languages, cleaning=cleaning, tokenizer=tokenizer, max_lines=recipe.max_lines
     )
     lengths = sentence_lengths(dataset, tokenizer, languages)
     training_args = TrainingArguments(

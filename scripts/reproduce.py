@@ -1,0 +1,119 @@
+"""Small-scale reproduction of the paper's Table 4 (and Table 6 with ``--bilingual``).
+
+Trains ``tlaser``, ``ctlaser``, ``laser6`` and ``claser6`` (or T-LASER vs cT-LASER on en-es/es-en only) on the same
+data with the same budget and seed, evaluates each and the same architecture at random init (SIB-200 zero-shot
+transfer with LASER's classifier protocol, NTREX-128 retrieval), and writes markdown tables.
+
+    python scripts/reproduce.py --budget-minutes 8 [--preset tiny] [--bilingual] [--output runs/reproduce]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from hf_tlaser.evaluation.cli import evaluate_model
+from hf_tlaser.evaluation.report import markdown_table
+from hf_tlaser.training.cli import parse_args, train
+
+PAPER_TABLE4 = {
+    "laser6": (70.1, 87.8, 73.7),
+    "claser6": (72.6, 87.8, 75.6),
+    "tlaser": (73.5, 88.6, 76.5),
+    "ctlaser": (75.2, 89.2, 78.0),
+}
+
+
+def mean_xsim(result: dict, name: str = "ntrex128", margin: str = "ratio") -> float:
+    matrix = np.asarray(result["retrieval"]["matrices"][name][margin]["xsim"], dtype=float)
+    return float(np.nanmean(matrix))
+
+
+def run(args: argparse.Namespace) -> None:
+    out = Path(args.output)
+    models = ["tlaser", "ctlaser"] if args.bilingual else ["tlaser", "ctlaser", "laser6", "claser6"]
+    pairs = "en-es,es-en" if args.bilingual else "de-en,de-es,en-es,es-en,fr-en,fr-es,it-en,it-es"
+    rows, retrieval_rows, records = [], [], {}
+    tokenizer = None
+    for model in models:
+        folder = out / model
+        train_args = [
+            "--model", model, "--preset", args.preset, "--pairs", pairs, "--output-dir", str(folder),
+            "--max-steps", "1000000", "--max-minutes", str(args.budget_minutes), "--seed", str(args.seed),
+            "--save-steps", "1000000", "--logging-steps", "20", *args.train_args,
+        ]  # fmt: skip
+        if tokenizer is not None:  # one joint BPE for all models, as in the paper
+            train_args += ["--tokenizer", str(tokenizer)]
+        if args.bf16:
+            train_args.append("--bf16")
+        start = time.monotonic()
+        trainer = train(parse_args(train_args))
+        minutes = (time.monotonic() - start) / 60
+        tokenizer = tokenizer or folder
+        history = [e for e in trainer.state.log_history if "tokens_per_second" in e]
+        tps = float(np.median([e["tokens_per_second"] for e in history[1:]] or [0.0]))
+        for init in ("trained", "random init"):
+            result = evaluate_model(
+                folder,
+                ["retrieval", "sib200"],
+                folder / ("eval" if init == "trained" else "eval_random_init"),
+                seeds=tuple(range(args.seeds)),
+                retrieval_sets=("ntrex128",),
+                projection="tsne" if init == "trained" else None,
+                random_init=init == "random init",
+            )
+            cross, same, all_ = (result["sib200"]["summary"][k] for k in ("cross", "same", "all"))
+            rows.append(
+                [model, init, trainer.state.global_step if init == "trained" else 0]
+                + [f"{v[0]:.1f} ± {v[1]:.1f}" for v in (cross, same, all_)]
+                + [f"{tps:.0f}" if init == "trained" else ""]
+            )
+            retrieval_rows.append(
+                [model, init, f"{mean_xsim(result, margin='absolute'):.1f}", f"{mean_xsim(result):.1f}"]
+            )
+            records[f"{model}/{init}"] = {"sib200": result["sib200"]["summary"], "ntrex_xsim_ratio": mean_xsim(result)}
+        records[f"{model}/trained"]["minutes"] = minutes
+        records[f"{model}/trained"]["tokens_per_second"] = tps
+    table = markdown_table(["model", "weights", "updates", "SIB-200 cross", "same", "all", "target tok/s"], rows)
+    retrieval = markdown_table(["model", "weights", "NTREX xsim err % (cosine)", "(margin ratio)"], retrieval_rows)
+    setting = "bilingual en-es/es-en (Table 6 setting)" if args.bilingual else "8 pairs (Table 4 setting)"
+    text = (
+        f"## Reproduction: {setting}, preset `{args.preset}`, {args.budget_minutes} min per model, seed {args.seed}\n\n"
+        f"Command: `python scripts/reproduce.py {' '.join(args.argv)}`\n\n"
+        f"Machine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, torch "
+        f"{torch.__version__}.\n\n"
+        f"SIB-200 zero-shot transfer accuracy (%), LASER's MLDoc classifier protocol, mean ± std over {args.seeds} "
+        f"classifier seeds (cross = train on one language, test on the 4 others; same = diagonal):\n\n{table}\n\n"
+        f"NTREX-128 retrieval, mean xsim error over the 20 language directions:\n\n{retrieval}\n"
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.md").write_text(text)
+    (out / "results.json").write_text(json.dumps(records, indent=2))
+    print(text)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--budget-minutes", type=float, default=8.0, help="training wall-clock per model")
+    parser.add_argument("--preset", default="tiny", choices=["tiny", "small"])
+    parser.add_argument("--bilingual", action="store_true", help="Table 6: en-es/es-en only, T-LASER vs cT-LASER")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--seeds", type=int, default=3, help="classifier seeds")
+    parser.add_argument("--bf16", action="store_true")
+    parser.add_argument("--output", default="runs/reproduce")
+    parser.add_argument("train_args", nargs=argparse.REMAINDER, help="extra `hf-tlaser train` flags after --")
+    args = parser.parse_args(argv)
+    args.train_args = [a for a in args.train_args if a != "--"]
+    args.argv = sys.argv[1:] if argv is None else argv
+    run(args)
+
+
+if __name__ == "__main__":
+    main()

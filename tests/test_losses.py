@@ -91,3 +91,12 @@ def test_align_loss_and_collapse_signal():
     assert good < bad
     assert mean_pairwise_cosine(torch.ones(4, 3)).item() == pytest.approx(1.0)
     assert mean_pairwise_cosine(torch.eye(3)).item() == pytest.approx(0.0, abs=1e-6)
+
+
+def test_identical_pairs_keep_finite_gradients():
+    a = P_A.clone().requires_grad_()
+    b = P_A.clone().requires_grad_()  # every pair identical, as for a name that reads the same in two languages
+    out = distance_constraint_loss(a, b, NEG_AB, NEG_BA)
+    out.total.backward()
+    assert torch.isfinite(a.grad).all() and torch.isfinite(b.grad).all()
+    assert out.d_p.abs().max() < 1e-5

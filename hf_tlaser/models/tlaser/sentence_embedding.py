@@ -89,7 +89,8 @@ def distance_constraint_loss(
     def dist(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         diff = x - y
         sq = (diff * diff).sum(-1)
-        return (sq if distance == "squared_l2" else sq.sqrt()) / scale
+        # identical sentences (names, numbers) give sq = 0, where sqrt has an infinite gradient
+        return (sq if distance == "squared_l2" else sq.clamp_min(1e-12).sqrt()) / scale
 
     d_p = dist(p_a, p_b)  # eq. (7)
     d_n_ab = dist(p_a.unsqueeze(0), p_b[neg_ab])  # eq. (8), [N_s, B]

@@ -204,3 +204,16 @@ def test_overfit_and_decode_from_embedding(tokenizer, tiny_tlaser_kwargs):
         out = model.generate(sentence_embeddings=vectors, tgt_lang="en", num_beams=beams, max_new_tokens=12)
         decoded = tokenizer.batch_decode(out, skip_special_tokens=True)
         assert [d.strip() for d in decoded] == tgt, (beams, decoded)
+
+
+def test_align_loss_option_is_a_per_pair_mean(tokenizer, tiny_tlaser_kwargs):
+    torch.manual_seed(0)
+    model = TLaserForTranslation(TLaserConfig(**tiny_tlaser_kwargs, distance_beta=0.0, align_loss_weight=2.0))
+    src, tgt = ["das ist gut", "die börse fällt", "ein neuer tag"], ["this is good", "stocks fall", "a new day"]
+    ids, mask = batch(tokenizer, src)
+    tgt_ids, tgt_mask = batch(tokenizer, tgt)
+    out = model(
+        ids, mask, labels=labels_for(tokenizer, tgt), tgt_lang="en", tgt_input_ids=tgt_ids, tgt_attention_mask=tgt_mask
+    )
+    assert out.loss_distance is None and out.loss_align is not None
+    torch.testing.assert_close(out.loss, out.loss_mt / out.num_tokens + 2.0 * out.loss_align / 3)

@@ -42,7 +42,8 @@ class LaserConfig(PretrainedConfig):
         distance_vnorm_grad (`bool`, True): let gradients flow through v_norm as the authors' code does.
         distance_eps (`float`, 1e-6): epsilon of the v_norm normalisation (eq. 7-8).
         distance_mt_weight (`float`, 0.5): weight of the translation loss when the distance loss is on (eq. 10).
-        align_loss_weight (`float`, 0.0): weight of the optional in-batch contrastive alignment loss. 0 disables it.
+        align_loss_weight (`float`, 0.0): weight of the optional in-batch contrastive alignment loss, averaged per
+            pair and added to the per-token translation loss. 0 disables it.
         align_scale (`float`, 20.0): inverse temperature of the alignment loss on cosine similarities.
         pad_token_id, unk_token_id, eos_token_id, cls_token_id, decoder_start_token_id (`int`, 0/1/2/3/2): special
             ids of the shared tokenizer (``cls`` is STR_TAG; see ``TLaserConfig``).

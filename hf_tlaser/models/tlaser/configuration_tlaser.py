@@ -48,7 +48,8 @@ class TLaserConfig(PretrainedConfig):
         distance_eps (`float`, 1e-6): epsilon of the v_norm normalisation (eq. 7-8).
         distance_mt_weight (`float`, 0.5): weight of the translation loss when the distance loss is on (eq. 10).
         align_loss_weight (`float`, 0.0): weight of an optional in-batch contrastive alignment loss (InfoNCE over
-            the pairs' sentence vectors, Lightweight Dual Transformer eq. 5). 0 disables it.
+            the pairs' sentence vectors, Lightweight Dual Transformer eq. 5), averaged per pair and added to the
+            per-token translation loss. 0 disables it.
         align_scale (`float`, 20.0): inverse temperature of the alignment loss on cosine similarities.
         tie_word_embeddings (`bool`, False): tie the decoder's input embedding and output projection (the paper's
             246M parameter count implies untied).

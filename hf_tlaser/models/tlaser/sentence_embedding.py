@@ -369,7 +369,8 @@ class TranslationMixin:
             )
         if cfg.align_loss_weight > 0:
             out.loss_align = align_loss(p_a, p_b, cfg.align_scale)
-            total = total + cfg.align_loss_weight * out.loss_align
+            # a per-pair mean next to the per-token translation loss: scale the pair sum to this batch's tokens
+            total = total + cfg.align_loss_weight * out.loss_align * (out.num_tokens / len(pair_index))
         return total
 
     @torch.no_grad()

@@ -69,32 +69,34 @@ _TLASER_SIZES = {
         decoder_ffn_dim=2048,
         dropout=0.1,
     ),
+    # measured on 2 CPU cores (docs/results.md): as wide as a few minutes allow; the alignment loss is on because
+    # translation alone left the sentence vectors collapsed (mean cosine ~0.97) at this budget
     "tiny": dict(
-        hidden_size=256,
-        num_hidden_layers=4,
+        hidden_size=192,
+        num_hidden_layers=3,
         num_attention_heads=4,
-        intermediate_size=1024,
+        intermediate_size=768,
         decoder_attention_heads=4,
-        decoder_ffn_dim=1024,
+        decoder_ffn_dim=768,
         dropout=0.1,
-        max_position_embeddings=2048,
+        align_loss_weight=1.0,
     ),
 }
 _LASER_SIZES = {
     "paper": {},
     "small": dict(embed_dim=256, lstm_hidden_size=256, decoder_hidden_size=1024, dropout=0.1),
-    "tiny": dict(embed_dim=128, lstm_hidden_size=128, decoder_hidden_size=512, dropout=0.1),
+    "tiny": dict(embed_dim=128, lstm_hidden_size=96, decoder_hidden_size=384, dropout=0.1, align_loss_weight=1.0),
 }
 _RECIPES = {
     "paper": Recipe(),
     "small": Recipe(vocab_size=32000, max_tokens=4000, update_tokens=32000, learning_rate=7e-4, warmup_updates=2000),
     "tiny": Recipe(
         vocab_size=8000,
-        max_tokens=3000,
-        update_tokens=6000,
-        learning_rate=1e-3,
-        warmup_updates=150,
-        max_sentence_tokens=48,
+        max_tokens=2000,
+        update_tokens=4000,
+        learning_rate=2e-3,
+        warmup_updates=100,
+        max_sentence_tokens=40,
         max_grad_norm=1.0,
         max_lines=60000,
     ),

@@ -12,8 +12,8 @@ from torch.utils.data import DataLoader, Sampler
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 # per-micro-batch model outputs averaged into each log line (collapse signals of cT-LASER included)
-MEAN_PARTS = ("d_p", "d_n", "hinge", "v_norm", "mean_cosine")
-SUM_PARTS = ("loss_mt", "loss_distance", "loss_align")
+MEAN_PARTS = ("loss_align", "d_p", "d_n", "hinge", "v_norm", "mean_cosine")
+SUM_PARTS = ("loss_mt", "loss_distance")
 
 
 def inverse_sqrt_schedule(optimizer: torch.optim.Optimizer, warmup_updates: int, warmup_init_lr: float) -> LambdaLR:

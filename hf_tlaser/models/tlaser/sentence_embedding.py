@@ -207,7 +207,7 @@ class TranslationOutput(ModelOutput):
         sentence_embedding: sentence vectors of the translation sources [T, d].
         loss_mt: label-smoothed translation cross entropy, summed over target tokens.
         loss_distance: distance-constraint loss (eq. 10 without the translation term), summed over pairs.
-        loss_align: in-batch alignment loss, summed over pairs.
+        loss_align: in-batch alignment loss, mean over pairs.
         d_p, d_n, hinge: batch means of the normalised positive / negative distances and of the hinge terms.
         v_norm: the distance normaliser. mean_cosine: mean cosine between distinct encoded sentences.
         num_tokens: number of target tokens in this batch.
@@ -368,9 +368,9 @@ class TranslationMixin:
                 dist.v_norm.detach(),
             )
         if cfg.align_loss_weight > 0:
-            out.loss_align = align_loss(p_a, p_b, cfg.align_scale)
-            # a per-pair mean next to the per-token translation loss: scale the pair sum to this batch's tokens
-            total = total + cfg.align_loss_weight * out.loss_align * (out.num_tokens / len(pair_index))
+            out.loss_align = align_loss(p_a, p_b, cfg.align_scale) / len(pair_index)
+            # a per-pair mean next to the per-token translation loss: scaled to this batch's share of the update
+            total = total + cfg.align_loss_weight * out.loss_align * out.num_tokens
         return total
 
     @torch.no_grad()

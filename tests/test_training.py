@@ -102,18 +102,22 @@ def test_killed_run_resumes_with_the_same_losses(tmp_path, tokenizer_dir):
     expected = losses(full.args.output_dir)
     killed = tmp_path / "killed"
     cmd = [sys.executable, "-m", "hf_tlaser.training.cli", *tiny_args(killed, tokenizer_dir, "--max-steps", "500")]
-    proc = subprocess.Popen([*cmd, "--save-steps", "3"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    marker = killed / "checkpoint-3" / "trainer_state.json"
-    deadline = time.monotonic() + 240
-    while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.2)
-    time.sleep(0.5)
-    proc.kill()  # SIGKILL: no clean shutdown
-    proc.wait()
-    assert marker.exists() and not (killed / "model.safetensors").exists()
-    resumed = train(
-        parse_args(tiny_args(killed, tokenizer_dir, "--max-steps", "6", "--save-steps", "3", "--resume", "auto"))
+    proc = subprocess.Popen(
+        [*cmd, "--save-steps", "3", "--save-total-limit", "1000"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
+    checkpoint = killed / "checkpoint-3"
+    deadline = time.monotonic() + 240
+    while not (checkpoint / "trainer_state.json").exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.5)  # let the checkpoint's last files land
+    proc.kill()  # SIGKILL: no clean shutdown
+    _, stderr = proc.communicate()
+    assert (checkpoint / "trainer_state.json").exists(), stderr.decode()[-3000:]
+    assert not (killed / "model.safetensors").exists()  # the run never finished
+    resumed_args = tiny_args(
+        killed, tokenizer_dir, "--max-steps", "6", "--save-steps", "3", "--resume", str(checkpoint)
+    )
+    resumed = train(parse_args(resumed_args))
     got = losses(resumed.args.output_dir)
     for step in (4, 5, 6):
         assert got[step] == pytest.approx(expected[step], rel=1e-5), (step, got, expected)

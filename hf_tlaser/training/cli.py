@@ -72,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--use-cpu", action="store_true", help="train on CPU even if a GPU is present (gloo for DDP)")
     p.add_argument("--logging-steps", type=int, default=10)
     p.add_argument("--save-steps", type=int, default=200)
+    p.add_argument("--save-total-limit", type=int, default=2, help="checkpoints kept (older ones are deleted)")
     p.add_argument("--resume", default=None, help="checkpoint folder, or 'auto' for the last one in --output-dir")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="model config override")
     for name in RECIPE_FLAGS:
@@ -153,7 +154,7 @@ def train(args: argparse.Namespace) -> LaserTrainer:
         logging_steps=args.logging_steps,
         logging_first_step=True,
         save_steps=args.save_steps,
-        save_total_limit=2,
+        save_total_limit=args.save_total_limit,
         bf16=args.bf16,
         fp16=args.fp16,
         use_cpu=args.use_cpu or not torch.cuda.is_available(),

@@ -174,6 +174,9 @@ def _details(config: dict, model_dir: Path) -> str:
     objective = "multilingual translation through a decoder that sees only the sentence vector"
     if beta > 0:
         objective += f", plus the cT-LASER distance constraint (beta={beta}, alpha={config.get('distance_alpha')})"
+    align = float(config.get("align_loss_weight") or 0)
+    if align > 0:
+        objective += f", plus an in-batch contrastive alignment loss (weight {align}, per pair)"
     rows = [
         ["Architecture", architecture],
         ["Sentence vector", vector],

@@ -17,6 +17,8 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
+from hf_tlaser.data.readers import iter_lines
+
 logger = logging.getLogger(__name__)
 
 PAD, UNK, EOS, STR_TAG = "<pad>", "<unk>", "</s>", "STR_TAG"
@@ -72,7 +74,7 @@ def train_tokenizer(
     )
 
     def corpus() -> Iterator[str]:
-        lines = (line for path in files or () for line in read_lines(path))
+        lines = (line for path in files or () for line in iter_lines(path))
         yield from (t for t in itertools.chain(lines, texts or ()) if t.strip())
 
     tokenizer.train_from_iterator(corpus(), trainer=trainer)
@@ -80,16 +82,6 @@ def train_tokenizer(
     wrapped.model_max_length = model_max_length
     logger.info("trained joint BPE with %d tokens (lowercase=%s)", len(wrapped), lowercase)
     return wrapped
-
-
-def read_lines(path: str | os.PathLike) -> Iterator[str]:
-    """Lines of a plain or gzipped UTF-8 file, split on "\\n" only (U+0085 stays inside lines), "\\r" stripped."""
-    import gzip
-
-    opener = gzip.open if str(path).endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8", newline="\n") as handle:
-        for line in handle:
-            yield line.rstrip("\r\n")
 
 
 def save_tokenizer(tokenizer: PreTrainedTokenizerFast, save_directory: str | os.PathLike) -> None:

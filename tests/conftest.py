@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from hf_tlaser.data.paths import get_data_dir
-from hf_tlaser.tokenization import read_lines, train_tokenizer
+from hf_tlaser.data.readers import iter_lines
+from hf_tlaser.tokenization import train_tokenizer
 
 torch.set_num_threads(2)
 
@@ -23,7 +24,7 @@ def newstest_lines(data_dir) -> dict[str, list[str]]:
     """First 300 lines of the 5-way newstest2009 set."""
     folder = data_dir / "wmt-newstest-multiway"
     return {
-        lang: list(itertools.islice(read_lines(folder / f"newstest2009.{lang}"), 300))
+        lang: list(itertools.islice(iter_lines(folder / f"newstest2009.{lang}"), 300))
         for lang in ("de", "en", "es", "fr", "it")
     }
 

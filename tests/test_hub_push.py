@@ -17,8 +17,8 @@ from transformers import AutoTokenizer
 
 import hf_tlaser
 from hf_tlaser import TLaserConfig, TLaserForTranslation, save_tokenizer, train_tokenizer
+from hf_tlaser.data.readers import iter_lines
 from hf_tlaser.hub import cli
-from hf_tlaser.tokenization import read_lines
 
 TEXTS = ["Hello world.", "The economy grew by two percent last year.", ""]
 LOAD_BY_REPO_ID = """
@@ -46,7 +46,7 @@ print("RESULT " + json.dumps({
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory, data_dir):
     """A trained-format folder: tiny TLaserForTranslation + tiny BPE on real newstest lines."""
-    lines = [line for _, line in zip(range(200), read_lines(data_dir / "wmt-newstest-multiway" / "newstest2009.en"))]
+    lines = [line for _, line in zip(range(200), iter_lines(data_dir / "wmt-newstest-multiway" / "newstest2009.en"))]
     tokenizer = train_tokenizer(texts=lines, vocab_size=300, show_progress=False)
     config = TLaserConfig(
         vocab_size=len(tokenizer),

@@ -1,7 +1,7 @@
 """Readers for the evaluation corpora in the shared data folder (ISO 639-1 language codes in the API).
 
 Classification readers return ``{lang: {"train"|"dev"|"test": LabeledSplit}}``; multi-way retrieval readers
-return ``{lang: [sentences]}`` aligned line by line. Lines come from :func:`hf_tlaser.tokenization.read_lines`
+return ``{lang: [sentences]}`` aligned line by line. Lines come from :func:`hf_tlaser.data.readers.iter_lines`
 (split on ``"\\n"`` only, trailing ``"\\r"`` of CRLF files removed).
 """
 
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hf_tlaser.data.paths import get_data_dir
-from hf_tlaser.tokenization import read_lines
+from hf_tlaser.data.readers import iter_lines
 
 LANGS = ("en", "de", "es", "fr", "it")
 SPLITS = ("train", "dev", "test")
@@ -40,7 +40,7 @@ ClassificationData = dict[str, dict[str, LabeledSplit]]
 
 
 def _lines(path: str | os.PathLike) -> list[str]:
-    return list(read_lines(path))
+    return list(iter_lines(path))
 
 
 def _check_langs(langs: Sequence[str] | None, available: Sequence[str], dataset: str) -> list[str]:
@@ -64,7 +64,7 @@ def _aligned(data: dict[str, list[str]], dataset: str) -> dict[str, list[str]]:
 def read_mldoc_file(path: str | os.PathLike) -> LabeledSplit:
     """One MLDoc file, lines ``label<TAB>text``; labels C/E/G/M or CCAT/ECAT/GCAT/MCAT (mapped to CCAT...)."""
     texts, labels = [], []
-    for n, line in enumerate(read_lines(path), 1):
+    for n, line in enumerate(iter_lines(path), 1):
         label, sep, text = line.partition("\t")
         label = MLDOC_LABELS.get(label, label)
         if not sep or label not in MLDOC_LABELS.values():

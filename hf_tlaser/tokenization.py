@@ -90,6 +90,9 @@ def save_tokenizer(tokenizer: PreTrainedTokenizerFast, save_directory: str | os.
     transformers 5 writes ``"tokenizer_class": "TokenizersBackend"``, unknown to 4.x; ``PreTrainedTokenizerFast``
     loads in both.
     """
+    # padding/truncation left in the backend by earlier batch calls must not become the saved defaults
+    tokenizer.backend_tokenizer.no_padding()
+    tokenizer.backend_tokenizer.no_truncation()
     tokenizer.save_pretrained(save_directory)
     config_path = Path(save_directory) / "tokenizer_config.json"
     config = json.loads(config_path.read_text())

@@ -23,13 +23,6 @@ from hf_tlaser.evaluation.cli import evaluate_model
 from hf_tlaser.evaluation.report import markdown_table
 from hf_tlaser.training.cli import parse_args, train
 
-PAPER_TABLE4 = {
-    "laser6": (70.1, 87.8, 73.7),
-    "claser6": (72.6, 87.8, 75.6),
-    "tlaser": (73.5, 88.6, 76.5),
-    "ctlaser": (75.2, 89.2, 78.0),
-}
-
 
 def mean_xsim(result: dict, name: str = "ntrex128", margin: str = "ratio") -> float:
     matrix = np.asarray(result["retrieval"]["matrices"][name][margin]["xsim"], dtype=float)
@@ -38,10 +31,13 @@ def mean_xsim(result: dict, name: str = "ntrex128", margin: str = "ratio") -> fl
 
 def run(args: argparse.Namespace) -> None:
     out = Path(args.output)
-    models = ["tlaser", "ctlaser"] if args.bilingual else ["tlaser", "ctlaser", "laser6", "claser6"]
+    all_models = ["tlaser", "ctlaser"] if args.bilingual else ["tlaser", "ctlaser", "laser6", "claser6"]
+    models = args.models or all_models
     pairs = "en-es,es-en" if args.bilingual else "de-en,de-es,en-es,es-en,fr-en,fr-es,it-en,it-es"
-    rows, retrieval_rows, records = [], [], {}
-    tokenizer = None
+    out.mkdir(parents=True, exist_ok=True)
+    saved = out / "results.json"
+    records = json.loads(saved.read_text()) if saved.exists() else {}  # earlier models of the same run
+    tokenizer = next((out / m for m in all_models if (out / m / "tokenizer.json").exists()), None)
     for model in models:
         folder = out / model
         train_args = [
@@ -49,7 +45,7 @@ def run(args: argparse.Namespace) -> None:
             "--max-steps", "1000000", "--max-minutes", str(args.budget_minutes), "--seed", str(args.seed),
             "--save-steps", "1000000", "--logging-steps", "20", *args.train_args,
         ]  # fmt: skip
-        if tokenizer is not None:  # one joint BPE for all models, as in the paper
+        if tokenizer is not None and tokenizer != folder:  # one joint BPE for all models, as in the paper
             train_args += ["--tokenizer", str(tokenizer)]
         if args.bf16:
             train_args.append("--bf16")
@@ -69,18 +65,23 @@ def run(args: argparse.Namespace) -> None:
                 projection="tsne" if init == "trained" else None,
                 random_init=init == "random init",
             )
-            cross, same, all_ = (result["sib200"]["summary"][k] for k in ("cross", "same", "all"))
-            rows.append(
-                [model, init, trainer.state.global_step if init == "trained" else 0]
-                + [f"{v[0]:.1f} ± {v[1]:.1f}" for v in (cross, same, all_)]
-                + [f"{tps:.0f}" if init == "trained" else ""]
-            )
-            retrieval_rows.append(
-                [model, init, f"{mean_xsim(result, margin='absolute'):.1f}", f"{mean_xsim(result):.1f}"]
-            )
-            records[f"{model}/{init}"] = {"sib200": result["sib200"]["summary"], "ntrex_xsim_ratio": mean_xsim(result)}
-        records[f"{model}/trained"]["minutes"] = minutes
-        records[f"{model}/trained"]["tokens_per_second"] = tps
+            records[f"{model}/{init}"] = {
+                "sib200": result["sib200"]["summary"],
+                "ntrex_xsim_absolute": mean_xsim(result, margin="absolute"),
+                "ntrex_xsim_ratio": mean_xsim(result),
+                "updates": trainer.state.global_step if init == "trained" else 0,
+            }
+        records[f"{model}/trained"].update(minutes=minutes, tokens_per_second=tps)
+        saved.write_text(json.dumps(records, indent=2))
+    rows, retrieval_rows = [], []
+    for key, record in records.items():
+        model, init = key.split("/")
+        cross, same, all_ = (record["sib200"][k] for k in ("cross", "same", "all"))
+        tps = f"{record['tokens_per_second']:.0f}" if "tokens_per_second" in record else ""
+        rows.append([model, init, record["updates"], *(f"{v[0]:.1f} ± {v[1]:.1f}" for v in (cross, same, all_)), tps])
+        retrieval_rows.append(
+            [model, init, f"{record['ntrex_xsim_absolute']:.1f}", f"{record['ntrex_xsim_ratio']:.1f}"]
+        )
     table = markdown_table(["model", "weights", "updates", "SIB-200 cross", "same", "all", "target tok/s"], rows)
     retrieval = markdown_table(["model", "weights", "NTREX xsim err % (cosine)", "(margin ratio)"], retrieval_rows)
     setting = "bilingual en-es/es-en (Table 6 setting)" if args.bilingual else "8 pairs (Table 4 setting)"
@@ -93,9 +94,7 @@ def run(args: argparse.Namespace) -> None:
         f"classifier seeds (cross = train on one language, test on the 4 others; same = diagonal):\n\n{table}\n\n"
         f"NTREX-128 retrieval, mean xsim error over the 20 language directions:\n\n{retrieval}\n"
     )
-    out.mkdir(parents=True, exist_ok=True)
     (out / "results.md").write_text(text)
-    (out / "results.json").write_text(json.dumps(records, indent=2))
     print(text)
 
 
@@ -108,6 +107,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, default=3, help="classifier seeds")
     parser.add_argument("--bf16", action="store_true")
     parser.add_argument("--output", default="runs/reproduce")
+    parser.add_argument("--models", nargs="+", default=None, help="train only these (results of others are kept)")
     parser.add_argument("train_args", nargs=argparse.REMAINDER, help="extra `hf-tlaser train` flags after --")
     args = parser.parse_args(argv)
     args.train_args = [a for a in args.train_args if a != "--"]

@@ -180,3 +180,12 @@ def test_cleaning_stores_the_lengths_the_samplers_read(tokenizer, data_dir):
     for lang in stored:
         assert (stored[lang] == recomputed[lang]).all(), lang
         assert stored[lang].max() <= 62
+
+
+def test_lengths_ignore_padding_left_in_a_tokenizer(tokenizer):
+    from hf_tlaser.data.lengths import token_counts
+
+    texts = ["a", "the european parliament adjourned the session"]
+    expected = [len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]
+    tokenizer(texts, padding=True)  # leaves BatchLongest padding in the Rust backend
+    assert token_counts(texts, tokenizer) == expected

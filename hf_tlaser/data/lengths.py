@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import datasets
 import numpy as np
+from tokenizers import Tokenizer
 from transformers import PreTrainedTokenizerBase
 
 from hf_tlaser.data.languages import LANGUAGES
@@ -28,7 +29,11 @@ def token_counts(
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:
         return [len(ids) for ids in tokenizer(texts, add_special_tokens=add_special_tokens)["input_ids"]]
-    return [len(enc.ids) for enc in backend.encode_batch(texts, add_special_tokens=add_special_tokens)]
+    # a loaded tokenizer may carry padding/truncation settings in its backend: count on a plain copy
+    plain = Tokenizer.from_str(backend.to_str())
+    plain.no_padding()
+    plain.no_truncation()
+    return [len(enc.ids) for enc in plain.encode_batch(texts, add_special_tokens=add_special_tokens)]
 
 
 def sentence_lengths(

@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 OUT=${DEMO_OUTPUT:-runs/demo}
-MINUTES=${DEMO_MINUTES:-6}
+MINUTES=${DEMO_MINUTES:-8}
 hf-tlaser train --model ctlaser --preset tiny --output-dir "$OUT" --max-minutes "$MINUTES" --max-steps 100000 \
     --bf16 --seed 1
 hf-tlaser evaluate "$OUT" --suite retrieval sib200 --retrieval-sets ntrex128 --seeds 0 1 2 --projection tsne \

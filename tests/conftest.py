@@ -35,7 +35,7 @@ def tokenizer(newstest_lines):
     return train_tokenizer(texts=texts, vocab_size=400, show_progress=False)
 
 
-@pytest.fixture()
+@pytest.fixture(scope="session")
 def tiny_tlaser_kwargs(tokenizer) -> dict:
     return dict(
         vocab_size=len(tokenizer),

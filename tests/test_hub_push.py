@@ -16,8 +16,7 @@ from hub_server import HubServer
 from transformers import AutoTokenizer
 
 import hf_tlaser
-from hf_tlaser import TLaserConfig, TLaserForTranslation, save_tokenizer, train_tokenizer
-from hf_tlaser.data.readers import iter_lines
+from hf_tlaser import TLaserConfig, TLaserForTranslation, save_tokenizer
 from hf_tlaser.hub import cli
 
 TEXTS = ["Hello world.", "The economy grew by two percent last year.", ""]
@@ -44,21 +43,9 @@ print("RESULT " + json.dumps({
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory, data_dir):
-    """A trained-format folder: tiny TLaserForTranslation + tiny BPE on real newstest lines."""
-    lines = [line for _, line in zip(range(200), iter_lines(data_dir / "wmt-newstest-multiway" / "newstest2009.en"))]
-    tokenizer = train_tokenizer(texts=lines, vocab_size=300, show_progress=False)
-    config = TLaserConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        decoder_attention_heads=4,
-        decoder_ffn_dim=64,
-        dropout=0.0,
-        max_position_embeddings=128,
-    )
+def model_dir(tmp_path_factory, tokenizer, tiny_tlaser_kwargs):
+    """A trained-format folder: tiny TLaserForTranslation + the shared tiny BPE on real newstest lines."""
+    config = TLaserConfig(**tiny_tlaser_kwargs)
     torch.manual_seed(0)
     folder = tmp_path_factory.mktemp("tiny-tlaser")
     TLaserForTranslation(config).save_pretrained(folder)

@@ -238,6 +238,30 @@ def count_parameters(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in {id(p): p for p in model.parameters() if p.requires_grad}.values())
 
 
+@dataclass(frozen=True)
+class TrainScale:
+    """Size of a training-throughput benchmark: model preset (+ overrides) and the real micro-batches timed."""
+
+    preset: str
+    max_tokens: int
+    num_batches: int
+    repeats: int
+    overrides: dict = field(default_factory=dict)
+
+
+TRAIN_SCALES = {
+    "smoke": TrainScale(
+        "tiny",
+        max_tokens=500,
+        num_batches=2,
+        repeats=1,
+        overrides=dict(hidden_size=64, num_hidden_layers=2, intermediate_size=256, decoder_ffn_dim=256),
+    ),
+    "quick": TrainScale("tiny", max_tokens=1500, num_batches=3, repeats=3),
+    "full": TrainScale("tiny", max_tokens=3000, num_batches=6, repeats=5),
+}
+
+
 def build_model(model: str, preset_size: str, vocab_size: int, seed: int = 0, **overrides) -> torch.nn.Module:
     """A translation model from ``get_preset(model, preset_size)`` with random weights, trained with the paper's
     losses only (the tiny preset's alignment loss is switched off: benchmarks compare the architectures)."""

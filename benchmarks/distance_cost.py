@@ -10,10 +10,9 @@ Cost = 1 - tokens/s(cT-LASER) / tokens/s(T-LASER); the paper's Table 1 has 15.2K
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from benchmarks.common import (
     DTYPES,
+    TRAIN_SCALES,
     BenchResult,
     Target,
     TrainStep,
@@ -35,27 +34,7 @@ TARGET_COST = 0.10
 PAPER_COST = 1 - 15.2 / 23.5
 
 
-@dataclass(frozen=True)
-class Scale:
-    preset: str
-    max_tokens: int
-    num_batches: int
-    repeats: int
-    overrides: dict = field(default_factory=dict)
-    dtype: str = "fp32"
-
-
-SCALES = {
-    "smoke": Scale(
-        "tiny",
-        max_tokens=500,
-        num_batches=2,
-        repeats=1,
-        overrides=dict(hidden_size=64, num_hidden_layers=2, intermediate_size=256, decoder_ffn_dim=256),
-    ),
-    "quick": Scale("tiny", max_tokens=1500, num_batches=3, repeats=3),
-    "full": Scale("tiny", max_tokens=3000, num_batches=6, repeats=5),
-}
+DTYPE = "fp32"
 
 
 def encoded_tokens(batches: list) -> int:
@@ -70,9 +49,9 @@ def encoded_tokens(batches: list) -> int:
 
 def run(size: str = "full") -> BenchResult:
     """Run benchmark 2 at ``size`` (fp32; the same random initial weights for both models)."""
-    scale = SCALES[check_size(size)]
+    scale = TRAIN_SCALES[check_size(size)]
     vocab = len(tokenizer_for(size))
-    dtype = DTYPES[scale.dtype]
+    dtype = DTYPES[DTYPE]
     log(f"[2] building real pair-mode and multi-way batches (max_tokens={scale.max_tokens})")
     pair = real_batches(size, "pair", scale.max_tokens, scale.num_batches)
     multi = real_batches(size, "multiway", scale.max_tokens, scale.num_batches)
@@ -102,7 +81,7 @@ def run(size: str = "full") -> BenchResult:
     data = {
         "preset": scale.preset,
         "overrides": scale.overrides,
-        "dtype": scale.dtype,
+        "dtype": DTYPE,
         "max_tokens": scale.max_tokens,
         "repeats": scale.repeats,
         "tokens_per_second": speeds,
@@ -114,7 +93,7 @@ def run(size: str = "full") -> BenchResult:
     md = "\n".join(
         [
             f"`{scale.preset}` preset widths{' with ' + str(scale.overrides) if scale.overrides else ''}, "
-            f"{scale.dtype}, micro-batches of <= {scale.max_tokens} padded tokens, median of {scale.repeats} "
+            f"{DTYPE}, micro-batches of <= {scale.max_tokens} padded tokens, median of {scale.repeats} "
             "interleaved repeats. In pair mode cT-LASER encodes the targets too (one encoder call); in multi-way "
             "mode both models encode the same sentences and T-LASER has `distance_beta=0`.",
             "",

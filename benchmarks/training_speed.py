@@ -8,14 +8,14 @@ the parameter count is the closest to T-LASER's.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import torch
 
 from benchmarks.common import (
     DTYPES,
+    TRAIN_SCALES,
     BenchResult,
     Target,
+    TrainScale,
     TrainStep,
     build_model,
     check_size,
@@ -37,27 +37,7 @@ MODELS = ("tlaser", "laser6", "laser1")
 PAPER_WPS = {"tlaser": 23.5e3, "laser6": 12.4e3, "laser1": 14.3e3}  # Li & Mak 2020, Table 1 (GPU, fp16)
 
 
-@dataclass(frozen=True)
-class Scale:
-    preset: str
-    max_tokens: int
-    num_batches: int
-    repeats: int
-    overrides: dict = field(default_factory=dict)
-    dtypes: tuple[str, ...] = ("fp32", "bf16")
-
-
-SCALES = {
-    "smoke": Scale(
-        "tiny",
-        max_tokens=500,
-        num_batches=2,
-        repeats=1,
-        overrides=dict(hidden_size=64, num_hidden_layers=2, intermediate_size=256, decoder_ffn_dim=256),
-    ),
-    "quick": Scale("tiny", max_tokens=1500, num_batches=3, repeats=3),
-    "full": Scale("tiny", max_tokens=3000, num_batches=6, repeats=5),
-}
+DTYPE_NAMES = ("fp32", "bf16")
 
 
 def laser_param_count(model: str, preset: str, vocab_size: int, lstm_hidden_size: int) -> int:
@@ -82,7 +62,7 @@ def matched_laser_width(model: str, preset: str, vocab_size: int, target: int, s
     return step * min(candidates, key=lambda w: abs(laser_param_count(model, preset, vocab_size, w * step) - target))
 
 
-def build_matched(scale: Scale, vocab_size: int) -> dict[str, torch.nn.Module]:
+def build_matched(scale: TrainScale, vocab_size: int) -> dict[str, torch.nn.Module]:
     """T-LASER at the preset (plus overrides) and LASER_6 / LASER_1 widened or narrowed to its parameter count."""
     tlaser = build_model("tlaser", scale.preset, vocab_size, **scale.overrides)
     target = count_parameters(tlaser)
@@ -128,19 +108,19 @@ def measure(
 
 def run(size: str = "full", paper: bool = False) -> BenchResult:
     """Run benchmark 1 at ``size``; ``paper`` adds the paper-size presets on CUDA (skipped without a GPU)."""
-    scale = SCALES[check_size(size)]
+    scale = TRAIN_SCALES[check_size(size)]
     torch.manual_seed(0)
     vocab = len(tokenizer_for(size))
     log(f"[1] building real pair-mode batches (max_tokens={scale.max_tokens}, {scale.num_batches} batches)")
     batches = without_targets(real_batches(size, "pair", scale.max_tokens, scale.num_batches))
     models = build_matched(scale, vocab)
     params = {name: count_parameters(m) for name, m in models.items()}
-    speeds, steps = measure(models, batches, scale.dtypes, scale.repeats)
+    speeds, steps = measure(models, batches, DTYPE_NAMES, scale.repeats)
 
     rows = []
     for name, model in models.items():
-        rows.append([name, describe(model), params[name], *(speeds[d][name] for d in scale.dtypes), PAPER_WPS[name]])
-    ratios = {d: speeds[d]["tlaser"] / speeds[d]["laser6"] for d in scale.dtypes}
+        rows.append([name, describe(model), params[name], *(speeds[d][name] for d in DTYPE_NAMES), PAPER_WPS[name]])
+    ratios = {d: speeds[d]["tlaser"] / speeds[d]["laser6"] for d in DTYPE_NAMES}
     data = {
         "preset": scale.preset,
         "overrides": scale.overrides,
@@ -154,7 +134,7 @@ def run(size: str = "full", paper: bool = False) -> BenchResult:
         "configs": {name: describe(m) for name, m in models.items()},
         "tokens_per_second": speeds,
         "ratio_tlaser_over_laser6": ratios,
-        "ratio_tlaser_over_laser1": {d: speeds[d]["tlaser"] / speeds[d]["laser1"] for d in scale.dtypes},
+        "ratio_tlaser_over_laser1": {d: speeds[d]["tlaser"] / speeds[d]["laser1"] for d in DTYPE_NAMES},
         "paper_ratio_tlaser_over_laser6": PAPER_WPS["tlaser"] / PAPER_WPS["laser6"],
     }
     md = [
@@ -165,7 +145,7 @@ def run(size: str = "full", paper: bool = False) -> BenchResult:
         f"{100 * data['param_spread']:.1f} %.",
         "",
         md_table(
-            ["model", "config", "params", *(f"tok/s {d}" for d in scale.dtypes), "paper WPS (GPU)"],
+            ["model", "config", "params", *(f"tok/s {d}" for d in DTYPE_NAMES), "paper WPS (GPU)"],
             rows,
         ),
         "",
@@ -180,7 +160,7 @@ def run(size: str = "full", paper: bool = False) -> BenchResult:
     targets = [Target(f"tlaser/laser6 tokens/s ({d})", r, 1.0) for d, r in ratios.items()]
     profile = None
     if not all(t.passed for t in targets):
-        step = steps[f"tlaser/{scale.dtypes[0]}"]
+        step = steps[f"tlaser/{DTYPE_NAMES[0]}"]
         profile = profile_table(lambda: step.step(step.batches[0]))
     return BenchResult(NUMBER, TITLE, data, "\n".join(md), targets, profile)
 

@@ -29,6 +29,16 @@ def labels_for(tokenizer, texts):
     return torch.tensor([r + [-100] * (width - len(r)) for r in rows])
 
 
+def parallel_forward(model, tokenizer):
+    """Forward on three de->en pairs with the targets encoded too; returns the output and both id batches."""
+    src, tgt = ["das ist gut", "die börse fällt", "ein neuer tag"], ["this is good", "stocks fall", "a new day"]
+    ids, mask = batch(tokenizer, src)
+    tgt_ids, tgt_mask = batch(tokenizer, tgt)
+    labels = labels_for(tokenizer, tgt)
+    out = model(ids, mask, labels=labels, tgt_lang="en", tgt_input_ids=tgt_ids, tgt_attention_mask=tgt_mask)
+    return out, ids, tgt_ids
+
+
 def test_paper_defaults_and_parameter_count():
     cfg = TLaserConfig()
     assert (cfg.vocab_size, cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads) == (50000, 1024, 6, 16)
@@ -88,12 +98,7 @@ def test_padding_invariance_and_pooled_fast_path(tokenizer, tiny_tlaser_kwargs):
 def test_gradients_reach_str_tag_and_both_loss_sides(tokenizer, tiny_tlaser_kwargs):
     torch.manual_seed(0)
     model = TLaserForTranslation(TLaserConfig(**tiny_tlaser_kwargs, distance_beta=0.25, distance_negatives=3))
-    src, tgt = ["das ist gut", "die börse fällt", "ein neuer tag"], ["this is good", "stocks fall", "a new day"]
-    ids, mask = batch(tokenizer, src)
-    tgt_ids, tgt_mask = batch(tokenizer, tgt)
-    out = model(
-        ids, mask, labels=labels_for(tokenizer, tgt), tgt_lang="en", tgt_input_ids=tgt_ids, tgt_attention_mask=tgt_mask
-    )
+    out, ids, tgt_ids = parallel_forward(model, tokenizer)
     assert torch.isfinite(out.loss) and out.loss_mt > 0 and out.loss_distance is not None
     assert out.d_p.ndim == 0 and out.hinge.ndim == 0 and out.v_norm > 0
     torch.testing.assert_close(out.loss, (0.5 * out.loss_mt + out.loss_distance) / out.num_tokens)
@@ -210,12 +215,7 @@ def test_overfit_and_decode_from_embedding(tokenizer, tiny_tlaser_kwargs):
 def test_align_loss_option_is_a_per_pair_mean(tokenizer, tiny_tlaser_kwargs):
     torch.manual_seed(0)
     model = TLaserForTranslation(TLaserConfig(**tiny_tlaser_kwargs, distance_beta=0.0, align_loss_weight=2.0))
-    src, tgt = ["das ist gut", "die börse fällt", "ein neuer tag"], ["this is good", "stocks fall", "a new day"]
-    ids, mask = batch(tokenizer, src)
-    tgt_ids, tgt_mask = batch(tokenizer, tgt)
-    out = model(
-        ids, mask, labels=labels_for(tokenizer, tgt), tgt_lang="en", tgt_input_ids=tgt_ids, tgt_attention_mask=tgt_mask
-    )
+    out, ids, tgt_ids = parallel_forward(model, tokenizer)
     assert out.loss_distance is None and out.loss_align is not None
     torch.testing.assert_close(out.loss, out.loss_mt / out.num_tokens + 2.0 * out.loss_align)
     assert 0 < out.loss_align < 2 * math.log(3) + 1  # two cross entropies over 3 candidates, per pair

@@ -101,24 +101,25 @@ class LaserTrainer(Trainer):
         return (loss, outputs) if return_outputs else loss
 
     def _record(self, outputs) -> None:
-        self._tokens += int(outputs.num_tokens)
+        """Accumulate detached tensors (no device sync per micro-batch); they become floats at log time."""
+        self._tokens = self._tokens + outputs.num_tokens.detach()
         self._part_steps += 1
         for name in MEAN_PARTS + SUM_PARTS:
             value = getattr(outputs, name, None)
             if value is not None:
-                self._parts[name] = self._parts.get(name, 0.0) + float(value.detach())
+                self._parts[name] = self._parts.get(name, 0.0) + value.detach().float()
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """Add loss parts (per target token), collapse signals and target tokens/s to each training log."""
         if "loss" in logs and self._part_steps:
             now = time.monotonic()
-            tokens = max(self._tokens, 1)
+            tokens = max(float(self._tokens), 1.0)
             for name in SUM_PARTS:
                 if name in self._parts:
-                    logs[f"{name}_per_token"] = round(self._parts[name] / tokens, 4)
+                    logs[f"{name}_per_token"] = round(float(self._parts[name]) / tokens, 4)
             for name in MEAN_PARTS:
                 if name in self._parts:
-                    logs[name] = round(self._parts[name] / self._part_steps, 4)
-            logs["tokens_per_second"] = round(self._tokens / max(now - self._last_log_time, 1e-9), 1)
+                    logs[name] = round(float(self._parts[name]) / self._part_steps, 4)
+            logs["tokens_per_second"] = round(float(self._tokens) / max(now - self._last_log_time, 1e-9), 1)
             self._parts, self._part_steps, self._tokens, self._last_log_time = {}, 0, 0, now
         super().log(logs, start_time)

@@ -4,7 +4,6 @@ profiler tables and the result record every benchmark returns."""
 from __future__ import annotations
 
 import functools
-import math
 import os
 import platform
 import statistics
@@ -28,6 +27,15 @@ from hf_tlaser.data import (
     load_corpora,
     load_corpus,
     sentence_lengths,
+)
+from hf_tlaser.hardware import (
+    PrecisionChoice,
+    available_cpus,
+    cpu_bf16_native,
+    cpu_capability,
+    cpu_model,
+    matmul_gflops,
+    resolve_precision,
 )
 from hf_tlaser.training.presets import get_preset
 
@@ -122,6 +130,28 @@ def autocast(dtype: torch.dtype | None, device: str = "cpu"):
 
 
 DTYPES: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+EMULATED = "emulated"
+"""Printed instead of a number for a bf16 variant on a CPU that only emulates bf16 (not timed, no target)."""
+
+
+@functools.cache
+def cpu_bf16() -> PrecisionChoice:
+    """An explicit bf16 on this CPU as ``resolve_precision`` sees it (logs the one warning line where emulated)."""
+    return resolve_precision("bf16", "cpu")
+
+
+def timed_dtypes(names: Sequence[str]) -> tuple[str, ...]:
+    """The dtypes of ``names`` worth timing on this CPU: bf16 is left out where it is only emulated (~70x slower)."""
+    return tuple(name for name in names if not (name == "bf16" and cpu_bf16().emulated))
+
+
+def emulation_note() -> str:
+    """One sentence for a report section whose bf16 variants were not timed; "" on a CPU with native bf16."""
+    choice = cpu_bf16()
+    if not choice.emulated:
+        return ""
+    cost = f"; a bf16 matmul is {choice.slowdown:.0f}x slower than fp32" if choice.slowdown else ""
+    return f"bf16 is emulated on this CPU (no native bf16{cost}): bf16 rows are not timed."
 
 
 # ---------------------------------------------------------------------------------------------------- FLOPs
@@ -143,18 +173,6 @@ def encoder_flops(batch: int, seq: int, d: int, f: int, layers: int, pooled_only
         lin, att = encoder_layer_flops(batch, seq, d, f, first_only=pooled_only and i == layers - 1)
         linear, attention = linear + lin, attention + att
     return linear, attention
-
-
-def matmul_peak(dtype: torch.dtype, n: int = 2048, repeats: int = 5) -> float:
-    """Best-of-``repeats`` FLOP/s of an n x n @ n x n matmul in ``dtype``."""
-    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
-    a @ b
-    best = math.inf
-    for _ in range(repeats):
-        start = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - start)
-    return 2.0 * n**3 / best
 
 
 # ---------------------------------------------------------------------------------------------------- data
@@ -303,21 +321,27 @@ class TrainStep:
 # ---------------------------------------------------------------------------------------------------- reports
 
 
-def machine_info() -> dict[str, Any]:
-    """CPU model, cores, threads, library versions and the load average at the start."""
+MATMUL_N = {"smoke": 256, "quick": 1024, "full": 1024}
+
+
+def machine_info(matmul_n: int = 1024) -> dict[str, Any]:
+    """CPU model, ISA and bf16 support, matmul peak per dtype, the ``auto`` precision, threads, library versions and
+    the load average at the start."""
     import sentence_transformers
     import transformers
 
-    cpu = platform.processor() or "unknown"
-    try:
-        with open("/proc/cpuinfo") as handle:
-            names = [line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")]
-        cpu = names[0] if names else cpu
-    except OSError:
-        pass
+    auto = resolve_precision("auto", "cpu")
+    peak = matmul_gflops((torch.float32, torch.bfloat16), size=matmul_n)
     info = {
-        "cpu": cpu,
+        "cpu": cpu_model(),
+        "cpu_capability": cpu_capability(),
+        "cpu_bf16_native": cpu_bf16_native(),
+        "bf16": EMULATED if cpu_bf16().emulated else "native",
+        f"matmul {matmul_n}x{matmul_n} fp32 GFLOP/s": round(peak[torch.float32], 1),
+        f"matmul {matmul_n}x{matmul_n} bf16 GFLOP/s": round(peak[torch.bfloat16], 1),
+        "precision auto": f"{auto.precision} ({auto.reason})",
         "cpu_count": os.cpu_count(),
+        "available_cpus": available_cpus(),
         "torch_threads": torch.get_num_threads(),
         "python": platform.python_version(),
         "torch": torch.__version__,
@@ -343,6 +367,8 @@ def md_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     """A markdown table; floats get 3 significant digits (thousands separators above 1000)."""
 
     def cell(value: Any) -> str:
+        if isinstance(value, bool):
+            return str(value)
         if isinstance(value, float):
             return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
         if isinstance(value, int):

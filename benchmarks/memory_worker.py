@@ -17,6 +17,7 @@ import sys
 
 import torch
 
+from hf_tlaser.hardware import configure_threads
 from hf_tlaser.models.tlaser import TLaserModel
 from hf_tlaser.training.presets import get_preset
 
@@ -28,7 +29,7 @@ def peak_rss_mib() -> float:
 
 def measure(spec: dict, ids: list[int]) -> dict[str, float]:
     """Peak-RSS growth (MiB) of one forward on ``ids`` after a warm-up."""
-    torch.set_num_threads(spec.get("threads") or torch.get_num_threads())
+    configure_threads(spec.get("threads"))
     torch.manual_seed(0)
     config = get_preset("tlaser", spec["preset"]).make_config(spec["vocab_size"], **spec.get("overrides", {}))
     model = TLaserModel(config).eval()

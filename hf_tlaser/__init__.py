@@ -1,6 +1,6 @@
 """hf_tlaser: T-LASER / cT-LASER multilingual sentence and document embeddings for Hugging Face Transformers."""
 
-from transformers import AutoConfig, AutoModel
+from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 
 from hf_tlaser.encoding import encode
 from hf_tlaser.losses import distance_constraint_loss
@@ -10,9 +10,13 @@ from hf_tlaser.tokenization import save_tokenizer, train_tokenizer
 
 __version__ = "0.1.0"
 
-for _config, _model in ((TLaserConfig, TLaserModel), (LaserConfig, LaserModel)):
+for _config, _model, _translation in (
+    (TLaserConfig, TLaserModel, TLaserForTranslation),
+    (LaserConfig, LaserModel, LaserForTranslation),
+):
     AutoConfig.register(_config.model_type, _config, exist_ok=True)
     AutoModel.register(_config, _model, exist_ok=True)
+    AutoModelForSeq2SeqLM.register(_config, _translation, exist_ok=True)
 
 __all__ = [
     "TLaserConfig",

@@ -2,29 +2,59 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib
+import json
 import sys
 
-# sub-command -> module exposing ``main(argv: list[str]) -> int``
+# sub-command -> ("module:function" taking argv and returning the exit status, one-line description)
 COMMANDS = {
-    "train-tokenizer": "hf_tlaser.tokenization",
-    "train": "hf_tlaser.training.cli",
-    "evaluate": "hf_tlaser.evaluation.cli",
-    "push": "hf_tlaser.hub.cli",
+    "train-tokenizer": ("hf_tlaser.tokenization:main", "train the joint BPE tokenizer on files or registered corpora"),
+    "train": ("hf_tlaser.training.cli:main", "train a T-LASER / cT-LASER / LASER model into a save_pretrained folder"),
+    "evaluate": ("hf_tlaser.evaluation.cli:main", "run LASER's evaluation protocols on a saved model"),
+    "push": ("hf_tlaser.hub.cli:main", "publish a trained model folder on the Hugging Face Hub"),
+    "env": ("hf_tlaser.cli:env_main", "print versions, device, CPU, bf16 support and threads (for bug reports)"),
 }
 
 
+def usage() -> str:
+    """``hf-tlaser --help``: every sub-command with its one-line description."""
+    width = max(map(len, COMMANDS))
+    lines = ["usage: hf-tlaser COMMAND [options]   (hf-tlaser COMMAND --help for its options)", "", "commands:"]
+    lines += [f"  {name:<{width}}  {description}" for name, (_, description) in COMMANDS.items()]
+    return "\n".join(lines)
+
+
+def env_main(argv: list[str]) -> int:
+    """``hf-tlaser env``: the environment report, one ``key: value`` line each (``--json`` for JSON)."""
+    parser = argparse.ArgumentParser(prog="hf-tlaser env", description=COMMANDS["env"][1])
+    parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    args = parser.parse_args(argv)
+    from hf_tlaser.hardware import environment_report
+
+    report = environment_report()
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        width = max(map(len, report))
+        print("\n".join(f"{key + ':':<{width + 1}} {value}" for key, value in report.items()))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Dispatch ``hf-tlaser COMMAND ...`` to the module that implements COMMAND."""
+    """Dispatch ``hf-tlaser COMMAND ...`` to the function that implements COMMAND."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in {"-h", "--help"} or argv[0] not in COMMANDS:
-        print("usage: hf-tlaser {" + ",".join(COMMANDS) + "} [options]")
-        if argv and argv[0] not in {"-h", "--help"}:
-            print(f"hf-tlaser: unknown command {argv[0]!r}", file=sys.stderr)
-            return 2
+    if argv and argv[0] in {"-h", "--help"}:
+        print(usage())
         return 0
-    module = importlib.import_module(COMMANDS[argv[0]])
-    return int(module.main(argv[1:]) or 0)
+    if not argv:
+        print(usage(), file=sys.stderr)
+        return 2
+    if argv[0] not in COMMANDS:
+        print(f"hf-tlaser: unknown command {argv[0]!r}; choose from {', '.join(COMMANDS)}", file=sys.stderr)
+        return 2
+    module, function = COMMANDS[argv[0]][0].split(":")
+    return int(getattr(importlib.import_module(module), function)(argv[1:]) or 0)
 
 
 if __name__ == "__main__":

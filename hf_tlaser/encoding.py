@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import logging
 import re
+from types import EllipsisType
 
 import numpy as np
 import torch
+
+from hf_tlaser.hardware import default_device, resolve_precision
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +37,7 @@ def truncate_words(texts: list[str], max_words: int) -> tuple[list[str], int]:
 def encode(
     model: torch.nn.Module,
     tokenizer,
-    texts: list[str],
+    texts: str | list[str],
     *,
     max_tokens: int = 16000,
     batch_size: int = 512,
@@ -42,7 +45,8 @@ def encode(
     device: str | torch.device | None = None,
     show_progress: bool | None = None,
     convert_to_tensor: bool = False,
-    autocast_dtype: torch.dtype | None = None,
+    precision: str = "auto",
+    autocast_dtype: torch.dtype | None | EllipsisType = ...,
     documents: bool = False,
     document_mode: str = "whole",
     max_words: int | None = 750,
@@ -51,15 +55,26 @@ def encode(
     """Embed ``texts`` with an hf_tlaser encoder (``TLaserModel``, ``LaserModel`` or a ``*ForTranslation`` model).
 
     Inputs are sorted by length and batched by a token budget (``max_tokens`` padded tokens, at most
-    ``batch_size`` rows), and returned in input order as float32 numpy (or a tensor with ``convert_to_tensor``).
+    ``batch_size`` rows), and returned in input order as float32 numpy [N, d] (or a tensor with
+    ``convert_to_tensor``). As in sentence-transformers, a single ``str`` is one text and gives one vector [d];
+    an empty list gives an empty [0, d] array.
+
+    The model moves to ``device`` (default: ``hf_tlaser.hardware.default_device()``: cuda, else mps, else cpu).
+    ``precision`` ("auto", "fp32", "bf16", "fp16") picks the autocast dtype through ``resolve_precision``: "auto"
+    is bf16 on CUDA with bf16 and on CPUs that run it natively, fp16 on older CUDA, else fp32. Passing
+    ``autocast_dtype`` overrides it: a dtype autocasts to it, ``None`` runs fp32 without autocast.
 
     Documents (``documents=True``): ``document_mode="whole"`` embeds each document as one sequence, as the
     paper does, truncated to its first ``max_words`` words (750 by default; a warning counts the truncated ones);
     ``document_mode="sentences"`` is LASER's way: split into sentences and average their vectors.
     """
+    if documents and document_mode not in DOCUMENT_MODES:
+        raise ValueError(f"document_mode={document_mode!r}; expected one of {DOCUMENT_MODES}")
     encoder = getattr(model, "encoder", model)
-    if device is not None:
-        encoder.to(device)
+    device = torch.device(device) if device is not None else default_device()
+    encoder.to(device)
+    if autocast_dtype is ...:
+        autocast_dtype = resolve_precision(precision, device).autocast_dtype
     options = dict(
         max_tokens=max_tokens,
         batch_size=batch_size,
@@ -68,24 +83,23 @@ def encode(
         truncation=truncation,
         convert_to_tensor=True,
     )
-    texts = list(texts)
-    if documents:
-        if document_mode not in DOCUMENT_MODES:
-            raise ValueError(f"document_mode={document_mode!r}; expected one of {DOCUMENT_MODES}")
-        if document_mode == "whole":
-            if max_words is not None:
-                texts, cut = truncate_words(texts, max_words)
-                if cut:
-                    logger.warning("truncated %d of %d documents to their first %d words", cut, len(texts), max_words)
-            vectors = encoder.encode(texts, tokenizer, **options)
-        else:
-            pieces = [split_sentences(doc) for doc in texts]
-            flat = encoder.encode([s for p in pieces for s in p], tokenizer, **options)
-            owner = torch.repeat_interleave(torch.arange(len(pieces)), torch.tensor([len(p) for p in pieces]))
-            sums = torch.zeros(len(pieces), flat.shape[1]).index_add_(0, owner, flat)
-            vectors = sums / torch.bincount(owner, minlength=len(pieces)).clamp(min=1)[:, None]
+    single = isinstance(texts, str)
+    texts = [texts] if single else list(texts)
+    if documents and document_mode == "whole" and max_words is not None:
+        texts, cut = truncate_words(texts, max_words)
+        if cut:
+            logger.warning("truncated %d of %d documents to their first %d words", cut, len(texts), max_words)
+    if documents and document_mode == "sentences":
+        pieces = [split_sentences(doc) for doc in texts]
+        flat = encoder.encode([s for p in pieces for s in p], tokenizer, **options)
+        counts = torch.tensor([len(p) for p in pieces], dtype=torch.long)
+        owner = torch.repeat_interleave(torch.arange(len(pieces)), counts)
+        sums = torch.zeros(len(pieces), flat.shape[1]).index_add_(0, owner, flat)
+        vectors = sums / counts[:, None]
     else:
         vectors = encoder.encode(texts, tokenizer, **options)
     if normalize:
         vectors = torch.nn.functional.normalize(vectors, dim=-1)
+    if single:
+        vectors = vectors[0]
     return vectors if convert_to_tensor else vectors.numpy()

@@ -1,4 +1,5 @@
-"""The cT-LASER distance-constraint loss (Li & Mak 2020, eq. 7-10) and the in-batch alignment loss.
+"""The cT-LASER distance-constraint loss (Li & Mak 2020, eq. 7-10), the in-batch alignment loss, their in-batch
+negatives, and the collapse signals.
 
 The implementation lives next to the model code (it must travel with ``trust_remote_code`` checkpoints); this is
 its public home.
@@ -7,9 +8,19 @@ its public home.
 from hf_tlaser.models.tlaser.sentence_embedding import (
     DistanceLossOutput,
     align_loss,
+    centered_pairwise_cosine,
     distance_constraint_loss,
     mean_pairwise_cosine,
     sample_negatives,
+    unique_pairs,
 )
 
-__all__ = ["DistanceLossOutput", "distance_constraint_loss", "sample_negatives", "align_loss", "mean_pairwise_cosine"]
+__all__ = [
+    "DistanceLossOutput",
+    "distance_constraint_loss",
+    "sample_negatives",
+    "unique_pairs",
+    "align_loss",
+    "mean_pairwise_cosine",
+    "centered_pairwise_cosine",
+]

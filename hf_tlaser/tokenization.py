@@ -1,7 +1,9 @@
 """Joint BPE over all languages (the LASER recipe: one vocabulary, no language id on the encoder side).
 
 Every encoded input is ``STR_TAG text </s>``: STR_TAG is the CLS-like token whose final encoder output is the
-sentence embedding (Li & Mak 2020, sec. 2).
+sentence embedding (Li & Mak 2020, sec. 2). Characters the BPE never saw (a script absent from the training text)
+fall back to their UTF-8 bytes, the 256 ``<0xNN>`` tokens after the special tokens (as sentencepiece/Llama do),
+instead of one ``<unk>`` each: different Chinese sentences keep different ids.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import itertools
 import json
 import logging
 import os
+import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -18,11 +21,26 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from transformers import PreTrainedTokenizerFast
 
 from hf_tlaser.data.readers import iter_lines
+from hf_tlaser.errors import UsageError
 
 logger = logging.getLogger(__name__)
 
 PAD, UNK, EOS, STR_TAG = "<pad>", "<unk>", "</s>", "STR_TAG"
 SPECIAL_TOKENS = [PAD, UNK, EOS, STR_TAG]  # ids 0..3, matching the model configs' defaults
+BYTE_TOKENS = [f"<0x{byte:02X}>" for byte in range(256)]  # ids 4..259 with byte fallback
+
+
+def _add_byte_fallback(tokenizer: Tokenizer) -> Tokenizer:
+    """The trained BPE with the 256 byte tokens inserted after the special tokens (learned ids shift by 256) and
+    ``byte_fallback`` on; the merges, hence the tokenization of text the BPE saw, are unchanged."""
+    data = json.loads(tokenizer.to_str())
+    first = len(SPECIAL_TOKENS)
+    vocab = {token: i if i < first else i + len(BYTE_TOKENS) for token, i in data["model"]["vocab"].items()}
+    vocab.update({token: first + byte for byte, token in enumerate(BYTE_TOKENS)})
+    data["model"].update(vocab=vocab, byte_fallback=True)
+    with_bytes = Tokenizer.from_str(json.dumps(data))
+    with_bytes.decoder = decoders.Sequence([decoders.ByteFallback(), decoders.Metaspace()])
+    return with_bytes
 
 
 def build_tokenizer(tokenizer: Tokenizer) -> PreTrainedTokenizerFast:
@@ -53,11 +71,14 @@ def train_tokenizer(
     min_frequency: int = 2,
     model_max_length: int = 2048,
     show_progress: bool = True,
+    byte_fallback: bool = True,
 ) -> PreTrainedTokenizerFast:
     """Train one joint BPE over ``files`` (plain or .gz, one sentence per line) and/or ``texts``.
 
     NFKC normalisation, optional lowercasing (on by default, as in LASER), whitespace/punctuation-aware
-    pre-tokenisation with reversible word-boundary markers. Empty lines are skipped.
+    pre-tokenisation with reversible word-boundary markers. Empty lines are skipped; UsageError if nothing is left.
+    ``byte_fallback`` adds the 256 byte tokens (ids 4..259; the vocabulary grows to ``vocab_size + 256``) so that
+    unseen characters become bytes instead of ``<unk>``.
     """
     if files is None and texts is None:
         raise ValueError("train_tokenizer needs files or texts")
@@ -73,14 +94,31 @@ def train_tokenizer(
         show_progress=show_progress,
     )
 
+    seen = 0
+
     def corpus() -> Iterator[str]:
+        nonlocal seen
         lines = (line for path in files or () for line in iter_lines(path))
-        yield from (t for t in itertools.chain(lines, texts or ()) if t.strip())
+        for text in itertools.chain(lines, texts or ()):
+            if text.strip():
+                seen += 1
+                yield text
 
     tokenizer.train_from_iterator(corpus(), trainer=trainer)
+    if not seen:
+        sources = ", ".join(map(str, files or ())) or "the given texts"
+        raise UsageError(f"no text to train the tokenizer on: only empty or blank lines in {sources}")
+    if byte_fallback:
+        tokenizer = _add_byte_fallback(tokenizer)
     wrapped = build_tokenizer(tokenizer)
     wrapped.model_max_length = model_max_length
-    logger.info("trained joint BPE with %d tokens (lowercase=%s)", len(wrapped), lowercase)
+    logger.info(
+        "trained joint BPE with %d tokens on %d lines (lowercase=%s, byte_fallback=%s)",
+        len(wrapped),
+        seen,
+        lowercase,
+        byte_fallback,
+    )
     return wrapped
 
 
@@ -111,14 +149,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-sentences", type=int, default=None, help="cap on corpus sentences (per language)")
     parser.add_argument("--output-dir", required=True)
     args = parser.parse_args(argv)
-    texts: Iterable[str] = ()
-    if args.corpora:
-        from hf_tlaser.data import corpus_texts
-
-        texts = corpus_texts(args.corpora.split(","), data_dir=args.data_dir, max_sentences=args.max_sentences)
     if not args.files and not args.corpora:
         parser.error("give --files and/or --corpora")
-    tokenizer = train_tokenizer(args.files, args.vocab_size, not args.no_lowercase, texts=texts)
+    try:
+        missing = [path for path in args.files if not Path(path).is_file()]
+        if missing:
+            raise UsageError(f"--files: {', '.join(missing)} not found")
+        texts: Iterable[str] = ()
+        if args.corpora:
+            from hf_tlaser.data import check_corpora, corpus_texts
+
+            names = check_corpora([name for name in args.corpora.split(",") if name])
+            texts = corpus_texts(names, data_dir=args.data_dir, max_sentences=args.max_sentences)
+        tokenizer = train_tokenizer(args.files, args.vocab_size, not args.no_lowercase, texts=texts)
+    except UsageError as err:
+        print(f"{parser.prog}: error: {' '.join(str(err).splitlines())}", file=sys.stderr)
+        return 2
     save_tokenizer(tokenizer, args.output_dir)
     print(f"saved a {len(tokenizer)}-token joint BPE to {args.output_dir}")
     return 0

@@ -4,7 +4,11 @@ Trains ``tlaser``, ``ctlaser``, ``laser6`` and ``claser6`` (or T-LASER vs cT-LAS
 data with the same budget and seed, evaluates each and the same architecture at random init (SIB-200 zero-shot
 transfer with LASER's classifier protocol, NTREX-128 retrieval), and writes markdown tables.
 
-    python scripts/reproduce.py --budget-minutes 8 [--preset tiny] [--bilingual] [--output runs/reproduce]
+    python scripts/reproduce.py --budget-minutes 8 [--preset tiny] [--bilingual] [--precision auto|fp32|bf16|fp16]
+        [--output runs/reproduce]
+
+``--precision`` goes to training and evaluation alike; ``auto`` picks what is fast on this hardware (bf16 only on
+CUDA or a CPU with native bf16, else fp16 on CUDA or fp32).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import torch
 
 from hf_tlaser.evaluation.cli import evaluate_model
 from hf_tlaser.evaluation.report import markdown_table
+from hf_tlaser.hardware import PRECISIONS, cpu_capability, cpu_model, resolve_precision
 from hf_tlaser.training.cli import parse_args, train
 
 
@@ -34,6 +39,7 @@ def run(args: argparse.Namespace) -> None:
     all_models = ["tlaser", "ctlaser"] if args.bilingual else ["tlaser", "ctlaser", "laser6", "claser6"]
     models = args.models or all_models
     pairs = "en-es,es-en" if args.bilingual else "de-en,de-es,en-es,es-en,fr-en,fr-es,it-en,it-es"
+    precision = resolve_precision(args.precision)  # warns once, up front, where the choice will be slow
     out.mkdir(parents=True, exist_ok=True)
     saved = out / "results.json"
     records = json.loads(saved.read_text()) if saved.exists() else {}  # earlier models of the same run
@@ -43,12 +49,10 @@ def run(args: argparse.Namespace) -> None:
         train_args = [
             "--model", model, "--preset", args.preset, "--pairs", pairs, "--output-dir", str(folder),
             "--max-steps", "1000000", "--max-minutes", str(args.budget_minutes), "--seed", str(args.seed),
-            "--save-steps", "1000000", "--logging-steps", "20", *args.train_args,
+            "--save-steps", "1000000", "--logging-steps", "20", "--precision", args.precision, *args.train_args,
         ]  # fmt: skip
         if tokenizer is not None and tokenizer != folder:  # one joint BPE for all models, as in the paper
             train_args += ["--tokenizer", str(tokenizer)]
-        if args.bf16:
-            train_args.append("--bf16")
         start = time.monotonic()
         trainer = train(parse_args(train_args))
         minutes = (time.monotonic() - start) / 60
@@ -64,6 +68,7 @@ def run(args: argparse.Namespace) -> None:
                 retrieval_sets=("ntrex128",),
                 projection="tsne" if init == "trained" else None,
                 random_init=init == "random init",
+                precision=args.precision,
             )
             records[f"{model}/{init}"] = {
                 "sib200": result["sib200"]["summary"],
@@ -88,8 +93,8 @@ def run(args: argparse.Namespace) -> None:
     text = (
         f"## Reproduction: {setting}, preset `{args.preset}`, {args.budget_minutes} min per model, seed {args.seed}\n\n"
         f"Command: `python scripts/reproduce.py {' '.join(args.argv)}`\n\n"
-        f"Machine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, torch "
-        f"{torch.__version__}.\n\n"
+        f"Machine: {cpu_model()} ({cpu_capability() or platform.machine()}), {torch.get_num_threads()} threads, "
+        f"torch {torch.__version__}; precision {precision.precision} ({precision.reason}).\n\n"
         f"SIB-200 zero-shot transfer accuracy (%), LASER's MLDoc classifier protocol, mean ± std over {args.seeds} "
         f"classifier seeds (cross = train on one language, test on the 4 others; same = diagonal):\n\n{table}\n\n"
         f"NTREX-128 retrieval, mean xsim error over the 20 language directions:\n\n{retrieval}\n"
@@ -105,7 +110,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--bilingual", action="store_true", help="Table 6: en-es/es-en only, T-LASER vs cT-LASER")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--seeds", type=int, default=3, help="classifier seeds")
-    parser.add_argument("--bf16", action="store_true")
+    parser.add_argument("--precision", choices=PRECISIONS, default="auto", help="training and evaluation precision")
+    parser.add_argument("--bf16", dest="precision", action="store_const", const="bf16", help="same as --precision bf16")
     parser.add_argument("--output", default="runs/reproduce")
     parser.add_argument("--models", nargs="+", default=None, help="train only these (results of others are kept)")
     parser.add_argument("train_args", nargs=argparse.REMAINDER, help="extra `hf-tlaser train` flags after --")

@@ -1,5 +1,5 @@
-"""Run under ``accelerate launch`` by test_training: train a few steps, then write this rank's weight checksum and
-its first micro-batches."""
+"""Run under ``accelerate launch`` by test_training: train, then write this rank's weight checksum, its first planned
+micro-batches and a fingerprint of every micro-batch it trained on, by global step."""
 
 import hashlib
 import json
@@ -9,7 +9,19 @@ from pathlib import Path
 import torch
 
 from hf_tlaser.training.cli import parse_args, train
+from hf_tlaser.training.trainer import LaserTrainer
 
+seen: list[tuple[int, str]] = []
+compute_loss = LaserTrainer.compute_loss
+
+
+def recording_compute_loss(self, model, inputs, *args, **kwargs):
+    if model.training:
+        seen.append((self.state.global_step, hashlib.sha1(inputs["input_ids"].numpy().tobytes()).hexdigest()[:16]))
+    return compute_loss(self, model, inputs, *args, **kwargs)
+
+
+LaserTrainer.compute_loss = recording_compute_loss
 trainer = train(parse_args(sys.argv[1:]))
 digest = hashlib.sha256()
 for name, tensor in sorted(trainer.model.state_dict().items()):
@@ -20,6 +32,9 @@ record = {
     "world_size": trainer.args.world_size,
     "checksum": digest.hexdigest(),
     "batches": [rows for _, rows in trainer.batch_sampler.plan()[:3]],
+    "micro_batches_per_epoch": len(trainer.batch_sampler),
+    "accumulation": trainer.args.gradient_accumulation_steps,
+    "seen": seen,
 }
 (Path(trainer.args.output_dir) / f"rank{rank}.json").write_text(json.dumps(record))
 torch.distributed.barrier()

@@ -1,6 +1,8 @@
-"""Smoke test of the benchmark suite: every benchmark at the ``smoke`` size, the report and its JSON.
+"""Smoke test of the benchmark suite: every benchmark at the ``smoke`` size, the report and its JSON, and the bf16
+rows on a CPU that only emulates bf16 (reported as "emulated", never timed nor compared with a target).
 
-Checks structure only (finite numbers, positive ratios, files written); no timing is asserted.
+Checks structure only (finite numbers, positive ratios, files written); no timing is asserted. Passes natively and
+under ``ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2`` (an AVX2-only CPU).
 """
 
 from __future__ import annotations
@@ -11,9 +13,12 @@ import math
 import pytest
 import torch
 
-from benchmarks import BENCHMARKS
+from benchmarks import BENCHMARKS, common, flops
 from benchmarks.__main__ import main, render_markdown, run_benchmarks
-from benchmarks.common import BenchResult, machine_info
+from benchmarks.common import EMULATED, BenchResult, machine_info
+from hf_tlaser.hardware import PrecisionChoice, configure_threads, cpu_capability
+
+EMULATING = common.cpu_bf16().emulated
 
 
 def _numbers(value):
@@ -32,11 +37,11 @@ def _numbers(value):
 @pytest.fixture(scope="module")
 def results() -> list[BenchResult]:
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny ops: one thread avoids oversubscription on a busy machine
+    configure_threads(1)  # tiny ops: one thread avoids oversubscription on a busy machine
     try:
         yield run_benchmarks("smoke")
     finally:
-        torch.set_num_threads(threads)
+        configure_threads(threads)
 
 
 def test_every_benchmark_runs(results):
@@ -60,17 +65,41 @@ def test_ratios_positive(results):
     assert set(by_number[1]["parameters"]) == {"tlaser", "laser6", "laser1"}
     assert all(c < 1 for c in by_number[2]["cost"].values())
     assert by_number[3]["speedup_vs_sentence_transformers"] > 0
+    for number in (1, 4):
+        assert "fp32" not in by_number[number]["emulated_dtypes"]
+
+
+@pytest.mark.skipif(EMULATING, reason=f"CPU capability {cpu_capability()}: bf16 is emulated, not timed")
+def test_bf16_measured_where_native(results):
+    by_number = {r.number: r.data for r in results}
     assert 0 < by_number[3]["min_cosine_vs_fp32"]["bf16 autocast"] <= 1 + 1e-6
+    assert set(by_number[1]["tokens_per_second"]) == {"fp32", "bf16"} and not by_number[1]["emulated_dtypes"]
+    assert set(by_number[4]["peak_flops"]) == {"fp32", "bf16"}
+
+
+@pytest.mark.skipif(not EMULATING, reason=f"CPU capability {cpu_capability()}: bf16 is native")
+def test_bf16_reported_emulated_where_not_native(results):
+    by_number = {r.number: r.data for r in results}
+    assert by_number[3]["bf16_emulated"] and "bf16 autocast" not in by_number[3]["min_cosine_vs_fp32"]
+    assert by_number[1]["emulated_dtypes"] == by_number[4]["emulated_dtypes"] == ["bf16"]
+    assert all("bf16" not in t.name for r in results for t in r.targets)
     assert all(e > 0 for per_dtype in by_number[4]["efficiency"].values() for e in per_dtype.values())
     docs = by_number[5]["documents"]
     assert all(d["ms"] > 0 and d["peak_mib"] >= 0 for d in docs.values())
 
 
 def test_report_written(results, tmp_path, monkeypatch):
-    text = render_markdown(results, machine_info(), "python -m benchmarks --size smoke", "smoke")
+    info = machine_info(256)
+    assert info["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert isinstance(info["cpu_bf16_native"], bool) and info["bf16"] in ("native", EMULATED)
+    assert info["matmul 256x256 fp32 GFLOP/s"] > 0 and info["matmul 256x256 bf16 GFLOP/s"] > 0
+    assert info["precision auto"].split()[0] in ("fp32", "bf16") and "(auto: " in info["precision auto"]
+    text = render_markdown(results, info, "python -m benchmarks --size smoke", "smoke")
     for r in results:
         assert f"## {r.number}. {r.title}" in text
     assert "## Machine" in text and torch.__version__ in text
+    assert f"capability {info['cpu_capability']}, bf16 {info['bf16']}" in text.split("## Machine")[0]
+    assert f"| cpu_bf16_native | {info['cpu_bf16_native']} |" in text
 
     # the CLI path end to end on the cheapest benchmark
     monkeypatch.setattr(torch, "set_num_threads", lambda n: None)
@@ -79,3 +108,19 @@ def test_report_written(results, tmp_path, monkeypatch):
     assert "## 4." in out.read_text()
     payload = json.loads(out.with_suffix(".json").read_text())
     assert payload["size"] == "smoke" and payload["benchmarks"][0]["number"] == 4
+
+
+def test_bf16_rows_on_an_emulating_cpu(monkeypatch):
+    emulated = PrecisionChoice("bf16", "bf16", "cpu", "bf16 requested; CPU reports AVX2", emulated=True, slowdown=70.0)
+    monkeypatch.setattr(common, "cpu_bf16", lambda: emulated)
+    threads = torch.get_num_threads()
+    configure_threads(1)
+    try:
+        result = flops.run("smoke")
+    finally:
+        configure_threads(threads)
+    assert result.data["emulated_dtypes"] == ["bf16"] and set(result.data["peak_flops"]) == {"fp32"}
+    assert [t.name for t in result.targets] == ["tiny fp32 forward / matmul peak"]
+    bf16_rows = [line for line in result.markdown.splitlines() if "| bf16 |" in line]
+    assert bf16_rows and all(line.rstrip(" |").endswith(EMULATED) for line in bf16_rows)
+    assert "bf16 is emulated on this CPU" in result.markdown and "70x slower" in result.markdown

@@ -62,7 +62,9 @@ def test_pair_batches_one_pair_under_budget(corpus, tokenizer, lengths):
             "tgt_lang",
             "tgt_input_ids",
             "tgt_attention_mask",
+            "group_index",
         }
+        assert torch.equal(batch["group_index"], torch.arange(batch["labels"].shape[0]))
         assert batch["input_ids"].numel() <= MAX_TOKENS and batch["tgt_input_ids"].numel() <= MAX_TOKENS
         assert batch["labels"].numel() <= MAX_TOKENS and batch["tgt_lang"].unique().numel() == 1
         assert (batch["input_ids"][:, 0] == tokenizer.cls_token_id).all()
@@ -123,10 +125,19 @@ def test_multiway_batches(corpus, tokenizer, lengths):
     )
     directions = Counter()
     for step, batch in enumerate(loader):
-        assert set(batch) == {"input_ids", "attention_mask", "labels", "tgt_lang", "src_index", "pair_index"}
+        assert set(batch) == {
+            "input_ids",
+            "attention_mask",
+            "labels",
+            "tgt_lang",
+            "src_index",
+            "pair_index",
+            "group_index",
+        }
         assert batch["input_ids"].numel() <= MAX_TOKENS and batch["labels"].numel() <= MAX_TOKENS
         n, t = batch["input_ids"].shape[0], batch["labels"].shape[0]
         assert batch["pair_index"].shape == (t, 2) and torch.equal(batch["pair_index"][:, 0], batch["src_index"])
+        assert batch["group_index"].shape == (t,) and batch["group_index"].diff().ge(0).all()
         assert int(batch["pair_index"].max()) < n and len(set(batch["src_index"].tolist())) <= n
         directions.update(batch["tgt_lang"].tolist())
         if step == 30:
@@ -162,6 +173,9 @@ def test_collator_contract_multiway(tokenizer):
     assert batch["src_index"].tolist() == [0, 0, 1, 2, 3, 3]
     assert batch["pair_index"].tolist() == [[0, 1], [0, 2], [1, 2], [2, 1], [3, 1], [3, 2]]
     assert batch["tgt_lang"].tolist() == [1, 2, 2, 1, 1, 2]
+    assert batch["group_index"].tolist() == [0] * 6
+    two = TranslationCollator(tokenizer)([group, {"de": "ja", "en": "yes", "es": None, "fr": None, "it": None}])
+    assert two["group_index"].tolist() == [0] * 6 + [1] and two["pair_index"][-1].tolist() == [4, 5]
     assert np.array_equal(batch["labels"][1, :2].numpy(), batch["labels"][2, :2].numpy())
 
 

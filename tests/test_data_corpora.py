@@ -113,7 +113,7 @@ def test_xed_skips_danish_rows(data_dir, caplog):
 
 
 def test_registry_and_default_mix(data_dir):
-    assert set(EVALUATION_CORPORA) == {"ntrex128", "ud-pud", "flores-devtest"}
+    assert set(EVALUATION_CORPORA) == {"ntrex128", "ud-pud", "flores-devtest", "tico19-test"}
     assert not set(EVALUATION_CORPORA) & set(DEFAULT_TRAIN_CORPORA)
     assert set(DEFAULT_TRAIN_CORPORA) <= set(REGISTRY)
     ntrex = load_corpus("ntrex128", data_dir, max_lines=50)  # CRLF files

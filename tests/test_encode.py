@@ -83,5 +83,18 @@ def test_normalize_tensor_and_bf16(models, tokenizer, newstest_lines):
     bf16 = hf_tlaser.encode(model, tokenizer, texts, autocast_dtype=torch.bfloat16)
     fp32 = hf_tlaser.encode(model, tokenizer, texts)
     assert bf16.dtype == np.float32 and not np.array_equal(bf16, fp32)
-    with pytest.raises(TypeError, match="list of strings"):
-        model.encode("one string", tokenizer)
+
+
+def test_single_string_and_empty_list(models, tokenizer, newstest_lines):
+    """As sentence-transformers: a str is one text and gives a vector [d]; an empty list gives [0, d]."""
+    text = newstest_lines["es"][3]
+    for model in models:
+        dim = model.config.hidden_size
+        one = model.encode(text, tokenizer)
+        assert one.shape == (dim,) and one.dtype == np.float32
+        np.testing.assert_allclose(one, model.encode([text], tokenizer)[0], atol=1e-6)
+        tensor = model.encode(text, tokenizer, convert_to_tensor=True, normalize=True)
+        assert tensor.shape == (dim,) and tensor.norm().item() == pytest.approx(1.0, abs=1e-5)
+        empty = model.encode([], tokenizer)
+        assert empty.shape == (0, dim) and empty.dtype == np.float32
+        assert model.encode([], tokenizer, convert_to_tensor=True).shape == (0, dim)

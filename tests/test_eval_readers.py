@@ -7,6 +7,7 @@ from collections import Counter
 import pytest
 
 from hf_tlaser.evaluation import (
+    laser_mldoc_cleanup,
     read_flores_devtest,
     read_mldoc,
     read_mldoc_file,
@@ -77,3 +78,10 @@ def test_mldoc(tmp_path):
     (tmp_path / "bad").write_text("X\tnope\n", encoding="utf-8")
     with pytest.raises(ValueError, match="bad:1"):
         read_mldoc_file(tmp_path / "bad")
+
+
+def test_laser_mldoc_cleanup():
+    """The three sed substitutions of LASER's tasks/mldoc/mldoc.sh, applied everywhere in a document."""
+    text = "Acme Co . and Foo Inc . said (c) Reuters Limited 1997.(C) Reuters Limited 1996. Bar Co . Inc ."
+    assert laser_mldoc_cleanup(text) == "Acme Co. and Foo Inc. said  Bar Co. Inc ."  # ' Inc . ' needs a space after
+    assert laser_mldoc_cleanup("(c) Reuters Limited 2001.") == "(c) Reuters Limited 2001."  # 199x only

@@ -1,4 +1,5 @@
-"""Plots are valid PNGs; markdown report; the model-agnostic suite runner with a toy embedder."""
+"""Plots are valid PNGs on fixed scales with legends off the data; markdown report; the model-agnostic suite runner
+with a toy embedder and reference rows (tfidf-char, majority class) on real data slices."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 
 from hf_tlaser.evaluation import (
     ClassifierConfig,
+    evaluate_classification,
     evaluate_retrieval,
     markdown_table,
     plot_embeddings,
@@ -18,6 +20,8 @@ from hf_tlaser.evaluation import (
     run_suite,
     write_report,
 )
+from hf_tlaser.evaluation import plots as plots_module
+from hf_tlaser.evaluation.suite import Reference, lexical_reference
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -98,12 +102,137 @@ def test_run_suite(tmp_path, data_dir):
         retrieval_sets=("ud-pud",),
         projection="pca",
     )
-    assert set(results) == {"retrieval", "sib200"}
+    assert set(results) == {"evaluated", "retrieval", "sib200"}  # no references asked for
     assert np.array(results["sib200"]["mean"]).shape == (2, 2)
     assert json.loads((tmp_path / "results.json").read_text()) == json.loads(json.dumps(results))
     report = (tmp_path / "report.md").read_text()
-    assert "sib200 zero-shot transfer accuracy" in report and "![sib200 transfer matrix](transfer_sib200.png)" in report
+    assert "sib200: zero-shot transfer accuracy % (model)" in report
+    assert "![sib200 transfer matrix](transfer_sib200.png)" in report
     for name in ("transfer_sib200.png", "embeddings_sib200.png", "xsim_ud-pud_ratio.png"):
         assert_png(tmp_path / name)
     with pytest.raises(ValueError, match="unknown suite"):
         run_suite(toy_embed, tmp_path, suites=("glue",))
+
+
+@pytest.fixture()
+def figures(monkeypatch):
+    """The matplotlib figures the plot functions save (closed afterwards)."""
+    saved = []
+
+    def keep(fig, path):
+        saved.append(fig)
+        return path
+
+    monkeypatch.setattr(plots_module, "_save", keep)
+    yield saved
+    for fig in saved:
+        plots_module.plt.close(fig)
+
+
+def _outside(legend, ax) -> bool:
+    legend.figure.canvas.draw()
+    return legend.get_window_extent().x0 >= ax.get_window_extent().x1
+
+
+def test_heatmaps_use_a_fixed_scale_and_mark_the_majority(tmp_path, figures):
+    class Transfer:
+        mean = np.array([[41.0, 38.0], [39.0, 44.0]])
+        train_langs = test_langs = ["en", "de"]
+
+    plots_module.plot_transfer_matrix(Transfer(), tmp_path / "t.png", majority=25.1)
+    plot_heatmap(np.array([[np.nan, 3.0], [5.0, np.nan]]), ["en", "de"], ["en", "de"], tmp_path / "x.png")
+    for fig in figures:
+        assert fig.axes[0].images[0].get_clim() == (0.0, 100.0)
+    transfer_ax, colorbar_ax = figures[0].axes[:2]
+    assert "majority class: 25.1%" in transfer_ax.get_title()
+    labels = {t.get_text(): t.get_color() for t in colorbar_ax.get_yticklabels()}
+    assert labels["majority 25.1"] == "red" and "20" not in labels  # 20 would overlap the mark
+
+
+def test_legends_sit_outside_the_axes(tmp_path, figures):
+    rng = np.random.default_rng(0)
+    plot_embeddings(rng.normal(size=(40, 8)), ["en", "de"] * 20, tmp_path / "e.png", ["a"] * 20 + ["b"] * 20, "pca")
+    history = [{"step": s, "loss": 5 / s, "mean_cosine": 0.9, "centered_cosine": 0.1, "d_p": 0.4} for s in (1, 2)]
+    plot_training_curves({"log_history": history}, tmp_path / "c.png")
+    axes = [ax for fig in figures for ax in fig.axes]
+    assert len(axes) == 4 and all(_outside(ax.get_legend(), ax) for ax in axes)
+    collapse = axes[3]
+    assert "collapse" in collapse.get_title()
+    assert {line.get_label() for line in collapse.get_lines()} == {"mean_cosine", "centered_cosine", "d_p"}
+
+
+def test_embedders_see_each_dataset_once(data_dir):
+    calls = []
+
+    def counting(texts):
+        calls.append(len(texts))
+        return toy_embed(texts)
+
+    evaluate_retrieval(counting, data_dir, sets=("ud-pud", "tico19-test"), langs=("en", "de", "fr"))
+    assert calls == [3000, 4200]  # TICO-19 has no German
+    evaluate_classification(
+        counting, data_dir, "sib200", langs=("en", "it"), seeds=(0,), config=ClassifierConfig(epochs=1)
+    )
+    assert calls[2:] == [2 * (701 + 99 + 204)]
+
+
+def test_documents_go_to_embed_documents(tmp_path):
+    class DocumentEmbed:
+        def __call__(self, texts):
+            raise AssertionError("documents must not be embedded as sentences")
+
+        def embed_documents(self, texts):
+            return toy_embed(texts)
+
+    (tmp_path / "mldoc").mkdir()
+    for split, n in (("train.1000", 12), ("dev", 4), ("test", 4)):
+        lines = [f"{'CEGM'[i % 4]}\tdocument {i} about {'CEGM'[i % 4]} topics" for i in range(n)]
+        (tmp_path / "mldoc" / f"english.{split}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    result = evaluate_classification(
+        DocumentEmbed(), tmp_path, "mldoc", langs=("en",), seeds=(0,), config=ClassifierConfig(epochs=2)
+    )
+    assert result.mean.shape == (1, 1)
+
+
+def test_run_suite_reports_reference_rows(tmp_path, data_dir):
+    def shifted(texts):  # a second, worse embedder standing in for the random-init row
+        return toy_embed([t[::-1] for t in texts])
+
+    references = {
+        "reversed": Reference("reversed (reference)", "characters reversed", lambda suite: shifted),
+        "tfidf-char": lexical_reference(svd_dim=16),
+    }
+    results = run_suite(
+        toy_embed,
+        tmp_path,
+        suites=("retrieval", "sib200"),
+        data_dir=data_dir,
+        langs=("en", "de"),
+        seeds=(0,),
+        config=ClassifierConfig(epochs=3),
+        retrieval_sets=("ud-pud",),
+        projection=None,
+        references=references,
+        about={"label": "toy", "model": "toy", "updates": 12},
+    )
+    assert list(results["references"]) == ["reversed", "tfidf-char"]
+    lexical = results["references"]["tfidf-char"]
+    toy_error = np.nanmean(np.array(results["retrieval"]["matrices"]["ud-pud"]["ratio"]["xsim"], dtype=float))
+    lexical_error = np.nanmean(np.array(lexical["retrieval"]["matrices"]["ud-pud"]["ratio"]["xsim"], dtype=float))
+    assert lexical_error < toy_error  # 64 hashed buckets lose to the full n-gram space
+    assert np.array(lexical["sib200"]["mean"]).shape == (2, 2)
+    majority = results["sib200"]["majority_class"]
+    assert majority == pytest.approx(100 * 51 / 204)  # science/technology: 51 of 204 test sentences
+    report = (tmp_path / "report.md").read_text()
+    table = report.split("## Results\n\n")[1].split("\n\n")[0].splitlines()
+    assert [row.split(" | ")[0] for row in table[2:]] == [
+        "| toy",
+        "| reversed (reference)",
+        "| tfidf-char (lexical reference)",
+        "| majority class (reference)",
+    ]
+    assert table[-1].endswith(f"| - | - | {majority:.2f} | {majority:.2f} | {majority:.2f} |")
+    assert "| optimizer updates | 12 |" in report and "lexical baseline, not a model" in report
+    pairs = report.split("## ud-pud: xsim error % per language pair (absolute margin)")[1]
+    assert "| pair | toy | reversed (reference) | tfidf-char (lexical reference) |" in pairs
+    assert "| en → de |" in pairs and "| de → en |" in pairs

@@ -136,3 +136,19 @@ def test_evaluate_modules_offline(monkeypatch):
     assert accuracy.compute(predictions=[0, 1, 2, 2], references=[0, 1, 1, 2]) == {"accuracy": 0.75}
     with pytest.raises(ValueError, match="valid: xsim, accuracy"):
         load_metric("bleu")
+
+
+def test_sparse_embeddings_match_dense():
+    """TF-IDF vectors stay sparse: kNN, xsim and mining give the dense answers."""
+    from scipy import sparse
+
+    src, tgt = _noisy_pair(n=60, noise=0.9, seed=3)
+    src[src < 0.5] = 0.0  # mostly zeros, like TF-IDF
+    tgt[tgt < 0.5] = 0.0
+    dense = knn(src, tgt, 4, backend="torch")
+    sparse_result = knn(sparse.csr_matrix(src), sparse.csr_matrix(tgt), 4, batch_size=7)
+    assert (dense[1] == sparse_result[1]).all() and np.allclose(dense[0], sparse_result[0], atol=1e-5)
+    for margin in ("absolute", "ratio"):
+        assert xsim(sparse.csr_matrix(src), sparse.csr_matrix(tgt), margin) == xsim(src, tgt, margin)
+    langs, matrix = xsim_matrix({"en": sparse.csr_matrix(src), "de": sparse.csr_matrix(tgt)}, margin="ratio")
+    assert matrix[0, 1] == xsim(src, tgt, "ratio")

@@ -1,4 +1,5 @@
-"""Model card: valid YAML metadata from any subset of config / training record / trainer state / results."""
+"""Model card: valid YAML metadata from any subset of config / training record / trainer state / results; the latest
+evaluation (MODEL_DIR/eval/results.json) with its reference rows; generated cards are regenerated, others kept."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from huggingface_hub import ModelCard
 
 from hf_tlaser import TLaserConfig
 from hf_tlaser.hub import render_model_card, write_model_card
+from hf_tlaser.hub.model_card import GENERATED_MARKER
 
 RESULTS = {
     "retrieval": {
@@ -70,7 +72,44 @@ def test_card_with_training_and_results(model_dir):
     accuracy = [m["value"] for r in results if r["dataset"]["type"] == "sib200" for m in r["metrics"]]
     assert accuracy == [61.5, 70.0, 63.2]
     assert "non-commercial" in card and "someone/ct-laser-tiny" in card and "61.50 ± 1.50" in card
+    assert "| precision | fp32 (training flags; no precision record) |" in card  # older runs: from --bf16/--fp16
 
     readme = write_model_card(model_dir)
     readme.write_text("hand-written card")
     assert write_model_card(model_dir).read_text() == "hand-written card"  # kept unless overwrite
+
+
+def test_card_shows_latest_evaluation_with_references(model_dir):
+    train = {"preset": "ctlaser-tiny", "precision": {"precision": "bf16", "reason": "auto: CPU reports AVX512"}}
+    (model_dir / "hf_tlaser_train.json").write_text(json.dumps(train))
+    (model_dir / "results.json").write_text(json.dumps({"sib200": {"summary": {"cross": [11.0, 0.0]}}}))
+    latest = {
+        **RESULTS,
+        "evaluated": {"path": "/home/me/runs/ct", "model": "cT-LASER", "label": "cT-LASER", "updates": 500},
+        "references": {
+            "tfidf-char": {
+                "label": "tfidf-char (lexical reference)",
+                "about": "a lexical baseline, not a model",
+                "sib200": {"summary": {"cross": [30.0, 0.5], "same": [50.0, 0.5], "all": [34.0, 0.5]}},
+            }
+        },
+    }
+    latest["sib200"] = {**latest["sib200"], "majority_class": 25.0}
+    (model_dir / "eval").mkdir()
+    (model_dir / "eval" / "results.json").write_text(json.dumps(latest))  # what `hf-tlaser evaluate` writes
+    card = render_model_card(model_dir)
+    accuracy = [m["value"] for r in metadata(card)["model-index"][0]["results"] for m in r["metrics"]]
+    assert 61.5 in accuracy and 11.0 not in accuracy and 30.0 not in accuracy  # the model's, newest file
+    assert "Not evaluated yet" not in card
+    assert "| tfidf-char (lexical reference) | - | - | 30.00 ± 0.50 | 50.00 ± 0.50 | 34.00 ± 0.50 |" in card
+    assert "| majority class (reference) | - | - | 25.00 | 25.00 | 25.00 |" in card
+    assert "| optimizer updates | 500 |" in card and "/home/me" not in card  # no local paths on the Hub
+    assert "| precision | bf16 (auto: CPU reports AVX512) |" in card
+
+
+def test_generated_card_is_regenerated(model_dir):
+    card = write_model_card(model_dir)
+    assert GENERATED_MARKER in card.read_text() and "Not evaluated yet" in card.read_text()
+    (model_dir / "eval").mkdir()
+    (model_dir / "eval" / "results.json").write_text(json.dumps(RESULTS))
+    assert "61.50 ± 1.50" in write_model_card(model_dir).read_text()

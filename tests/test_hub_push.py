@@ -1,10 +1,12 @@
 """``hf-tlaser push`` against an in-memory Hub (tests/hub_server.py), then loading by repo id in a fresh process
-where hf_tlaser cannot be imported; ``online`` runs the same against the real Hub."""
+where hf_tlaser cannot be imported; ``online`` runs the same against the real Hub. Mistakes (repo id, folder, token,
+unreachable Hub) end in one line, exit 2, before anything is written or sent."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import uuid
@@ -60,7 +62,7 @@ def model_dir(tmp_path_factory, tokenizer, tiny_tlaser_kwargs):
 def reference(model_dir):
     model = TLaserForTranslation.from_pretrained(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    return hf_tlaser.encode(model, tokenizer, TEXTS)
+    return hf_tlaser.encode(model, tokenizer, TEXTS, autocast_dtype=None)  # fp32, as transformers runs it
 
 
 @pytest.fixture()
@@ -106,11 +108,16 @@ def test_push_then_load_by_repo_id(model_dir, reference, tmp_path, monkeypatch, 
         assert files["model.safetensors"] == (model_dir / "model.safetensors").read_bytes()
         first_commit = repo.branches["main"]
 
-        # pushing again updates the existing repository instead of failing
-        (model_dir / "results.json").write_text(json.dumps({"sib200": {"summary": {"cross": [51.0, 1.0]}}}))
+        assert b"Not evaluated yet" in files["README.md"]
+
+        # evaluate, then push again: the repository is updated and the generated card shows the evaluation
+        (model_dir / "eval").mkdir()
+        (model_dir / "eval" / "results.json").write_text(json.dumps({"sib200": {"summary": {"cross": [51.0, 1.0]}}}))
         assert cli.main([str(model_dir), "tester/tiny-tlaser", "--endpoint", hub.url]) == 0
         assert repo.branches["main"] != first_commit
-        assert "results.json" in repo.commits[repo.branches["main"]]
+        files = repo.commits[repo.branches["main"]]
+        assert "eval/results.json" in files and b"Not evaluated yet" not in files["README.md"]
+        assert b"51.00 \xc2\xb1 1.00" in files["README.md"]  # "51.00 ± 1.00"
 
         hf_home = tmp_path / "hf_home"
         hf_home.mkdir()
@@ -120,9 +127,55 @@ def test_push_then_load_by_repo_id(model_dir, reference, tmp_path, monkeypatch, 
 
 def test_push_without_token_fails_before_any_request(model_dir, no_login, capsys):
     with HubServer() as hub:
-        assert cli.main([str(model_dir), "tester/no-token", "--endpoint", hub.url]) == 1
+        assert cli.main([str(model_dir), "tester/no-token", "--endpoint", hub.url]) == 2
         assert hub.requests == []
     assert "no Hugging Face token" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("repo_id", "folder", "expected"),
+    [
+        ("tiny-tlaser", "model", "REPO_ID 'tiny-tlaser' is not a repository id: use NAMESPACE/NAME"),
+        ("tester/bad name", "model", "REPO_ID 'tester/bad name' is not valid"),
+        ("tester/tiny", "missing", "does not exist"),
+        ("tester/tiny", "empty", "is not a model folder (no config.json)"),
+    ],
+)
+def test_push_validates_before_writing(repo_id, folder, expected, model_dir, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("HF_TOKEN", "dummy-token")
+    target = tmp_path / folder
+    if folder == "model":
+        shutil.copytree(model_dir, target, ignore=shutil.ignore_patterns("README.md", "eval"))
+    elif folder == "empty":
+        target.mkdir()
+    before = sorted(p.name for p in target.iterdir()) if target.exists() else None
+    with HubServer() as hub:
+        assert cli.main([str(target), repo_id, "--endpoint", hub.url]) == 2
+        assert hub.requests == []
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("hf-tlaser push: error: ") and expected in err[0]
+    assert (sorted(p.name for p in target.iterdir()) if target.exists() else None) == before
+
+
+def test_push_to_unreachable_hub_is_one_line(model_dir, tmp_path):
+    target = tmp_path / "model"
+    shutil.copytree(model_dir, target, ignore=shutil.ignore_patterns("README.md", "eval"))
+    env = {**os.environ, "HF_ENDPOINT": "http://127.0.0.1:9", "HF_TOKEN": "dummy-token"}
+    command = [sys.executable, "-m", "hf_tlaser.cli", "push", str(target), "tester/tiny"]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "hf-tlaser push: error: cannot reach the Hub at http://127.0.0.1:9 ([Errno 111] Connection refused); "
+        "check --endpoint / HF_ENDPOINT and the network"
+    ]
+    assert not (target / "README.md").exists()  # nothing written before the Hub answered
+
+
+def test_push_help_is_plain_text(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "``" not in text and "(default: main)" in text and "NAMESPACE/NAME" in text
 
 
 @pytest.mark.online

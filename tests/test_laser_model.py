@@ -12,7 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from hf_tlaser.models.laser import LaserConfig, LaserForTranslation, LaserModel
+from hf_tlaser.hardware import cpu_bf16_native, cpu_capability
+from hf_tlaser.models.laser import LaserConfig, LaserForTranslation, LaserModel, modeling_laser
+
+NATIVE_BF16 = cpu_bf16_native()
 
 PAD, EOS, STR_TAG = 0, 2, 3
 
@@ -252,12 +255,11 @@ def test_save_load_round_trip_and_remote_code(tmp_path):
 
 def test_overfit_then_generate():
     torch.manual_seed(0)
-    # a wider init than the default 0.02 lets the tiny BiLSTM tell the sentences apart within a few steps
-    model = LaserForTranslation(tiny_config(distance_beta=0.0, label_smoothing=0.0, initializer_range=0.1))
+    model = LaserForTranslation(tiny_config(distance_beta=0.0, label_smoothing=0.0))
     ids, mask = encoder_batch(SOURCES)
     labels = label_batch(TARGETS)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-    for _ in range(150):
+    for _ in range(250):
         optimizer.zero_grad()
         loss = model(input_ids=ids, attention_mask=mask, labels=labels, tgt_lang="en").loss
         loss.backward()
@@ -284,3 +286,61 @@ def test_bad_inputs():
         model(input_ids=long_ids, attention_mask=long_mask)
     with pytest.raises(ValueError, match="right-padded"):
         model.encoder(ids, mask.flip(1))
+
+
+@torch.no_grad()
+def test_init_styles():
+    torch.manual_seed(0)
+    model = LaserForTranslation(tiny_config(vocab_size=2000))  # init_style="fairseq" (the default)
+    assert model.config.init_style == "fairseq"
+    # fairseq's lstm.py Embedding / Linear / LSTM helpers: everything uniform(-0.1, 0.1), pad rows zero
+    weights = torch.cat([p.flatten() for p in model.parameters()])
+    assert float(weights.abs().max()) <= 0.1
+    assert abs(float(weights.std()) - 0.2 / 12**0.5) < 0.002  # 0.0577, the std of uniform(-0.1, 0.1)
+    for table in (model.encoder.embed_tokens, model.decoder.embed_tokens):
+        assert bool((table.weight[PAD] == 0).all())
+    assert float(model.lm_head.bias.abs().max()) > 0.05  # fairseq's Linear draws biases too
+
+    bert = LaserForTranslation(tiny_config(vocab_size=2000, init_style="bert", initializer_range=0.02))
+    assert abs(float(bert.lm_head.weight.std()) - 0.02) < 0.002
+    assert bool((bert.lm_head.bias == 0).all()) and bool((bert.encoder.embed_tokens.weight[PAD] == 0).all())
+    assert float(bert.encoder.lstm.weight_ih_l0.abs().max()) <= 0.1  # LSTMs stay fairseq-uniform
+    with pytest.raises(ValueError, match="init_style"):
+        tiny_config(init_style="xavier")
+
+
+def _train_step_under_autocast(dtype: torch.dtype) -> LaserForTranslation:
+    torch.manual_seed(0)
+    model = LaserForTranslation(tiny_config(distance_beta=0.25))
+    with torch.autocast("cpu", dtype=dtype):
+        out = model(**_pair_batch(), labels=label_batch(TARGETS), tgt_lang="en")
+    assert torch.isfinite(out.loss)
+    out.loss.backward()
+    assert all(v > 0 for v in _encoder_grads(model).values()), _encoder_grads(model)
+    assert model.decoder.lstm.weight_hh_l0.grad.abs().sum() > 0
+    return model
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_autocast_never_hits_missing_onednn_lstm(dtype):
+    """bf16 / fp16 autocast trains on every CPU: where oneDNN has no LSTM in that dtype (AVX2-only CPUs for bf16,
+    most CPUs for fp16) the LSTMs run in fp32 instead of raising "could not create a primitive descriptor"."""
+    _train_step_under_autocast(dtype)
+
+
+def test_lstm_fallback_runs_fp32(monkeypatch):
+    monkeypatch.setattr(modeling_laser, "_cpu_autocast_lacks_lstm", lambda: True)
+    lstm = torch.nn.LSTM(4, 8, batch_first=True)
+    state = (torch.zeros(1, 2, 8, dtype=torch.bfloat16), torch.zeros(1, 2, 8, dtype=torch.bfloat16))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        output, (h, c) = modeling_laser.run_lstm(lstm, torch.randn(2, 3, 4), state)
+    assert output.dtype == h.dtype == c.dtype == torch.float32
+    _train_step_under_autocast(torch.bfloat16)
+
+
+@pytest.mark.skipif(not NATIVE_BF16, reason=f"CPU capability {cpu_capability()} has no native bf16 (oneDNN)")
+def test_decoder_lstm_runs_bf16_on_native_cpu():
+    lstm = torch.nn.LSTM(4, 8, batch_first=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        output, _ = modeling_laser.run_lstm(lstm, torch.randn(2, 3, 4))
+    assert output.dtype == torch.bfloat16

@@ -7,7 +7,14 @@ import math
 import pytest
 import torch
 
-from hf_tlaser.losses import align_loss, distance_constraint_loss, mean_pairwise_cosine, sample_negatives
+from hf_tlaser.losses import (
+    align_loss,
+    centered_pairwise_cosine,
+    distance_constraint_loss,
+    mean_pairwise_cosine,
+    sample_negatives,
+    unique_pairs,
+)
 
 P_A = torch.tensor([[1.0, 0.0, 0.0, 0.0], [0.0, 2.0, 0.0, 0.0], [0.0, 0.0, 1.0, 1.0]])
 P_B = torch.tensor([[1.0, 1.0, 0.0, 0.0], [0.0, 2.0, 0.0, 1.0], [1.0, 0.0, 1.0, 1.0]])
@@ -81,8 +88,37 @@ def test_negatives_never_pick_the_positive():
     assert neg.shape == (400, 5)
     assert not (neg == torch.arange(5)).any()
     assert set(neg.flatten().tolist()) == set(range(5))  # every other row is reachable
-    with pytest.raises(ValueError, match="at least 2"):
+    with pytest.raises(ValueError, match="at least 2 groups"):
         sample_negatives(1, 3)
+
+
+def test_group_negatives_skip_the_same_group_and_keep_the_pair_mode_draw():
+    old_rule = torch.randint(0, 4, (50, 5), generator=torch.Generator().manual_seed(3))
+    old_rule = old_rule + (old_rule >= torch.arange(5)).long()  # the pair-mode rule before groups existed
+    for groups in (None, torch.tensor([7, 3, 9, 0, 1])):  # all groups distinct: the same draw
+        neg = sample_negatives(5, 50, generator=torch.Generator().manual_seed(3), groups=groups)
+        assert torch.equal(neg, old_rule)
+    groups = torch.tensor([0, 0, 0, 1, 2, 2])
+    neg = sample_negatives(6, 2000, generator=torch.Generator().manual_seed(0), groups=groups)
+    assert not (groups[neg] == groups).any()
+    for row in range(6):  # uniform over the other groups' rows
+        counts = torch.bincount(neg[:, row], minlength=6).float()
+        allowed = groups != groups[row]
+        assert (counts[~allowed] == 0).all() and (counts[allowed] / 2000 - 1 / allowed.sum()).abs().max() < 0.05
+    with pytest.raises(ValueError, match="at least 2 groups"):
+        sample_negatives(3, 2, groups=torch.tensor([4, 4, 4]))
+
+
+def test_unique_pairs_merge_repeated_vector_pairs():
+    # multi-way group 0 encodes rows 0-2 (en-es and es-en are rows 1-2 twice), group 1 rows 3-4
+    pair_index = torch.tensor([[0, 1], [1, 2], [2, 1], [0, 2], [3, 4]])
+    pairs, groups = unique_pairs(pair_index, torch.tensor([0, 0, 0, 0, 1]))
+    assert pairs.tolist() == [[0, 1], [0, 2], [1, 2], [3, 4]] and groups.tolist() == [0, 0, 0, 1]
+    rows = torch.arange(3)
+    pairs, groups = unique_pairs(torch.stack([rows, rows + 3], 1))  # pair mode: order kept, one group each
+    assert torch.equal(pairs[:, 0], rows) and torch.equal(groups, rows)
+    with pytest.raises(ValueError, match="one entry per pair"):
+        unique_pairs(pair_index, torch.tensor([0, 1]))
 
 
 def test_align_loss_and_collapse_signal():
@@ -91,6 +127,31 @@ def test_align_loss_and_collapse_signal():
     assert good < bad
     assert mean_pairwise_cosine(torch.ones(4, 3)).item() == pytest.approx(1.0)
     assert mean_pairwise_cosine(torch.eye(3)).item() == pytest.approx(0.0, abs=1e-6)
+
+
+def test_align_loss_masks_the_same_group():
+    a, b = P_A.clone().requires_grad_(), P_B.clone().requires_grad_()
+    torch.testing.assert_close(align_loss(a, b, groups=torch.arange(3)), align_loss(a, b))
+    groups = torch.tensor([0, 0, 1])  # rows 0 and 1 are translations of one group
+    grouped = align_loss(a, b, groups=groups)
+    sim = 20 * torch.nn.functional.normalize(P_A, dim=-1) @ torch.nn.functional.normalize(P_B, dim=-1).T
+    expected = 0.0
+    for i in range(3):
+        allowed = [j for j in range(3) if j == i or groups[j] != groups[i]]
+        expected += torch.logsumexp(sim[i, allowed], 0) - sim[i, i]  # a_i against b_j
+        expected += torch.logsumexp(sim[allowed, i], 0) - sim[i, i]  # b_i against a_j
+    assert grouped.item() == pytest.approx(expected.item(), abs=1e-5)
+    grouped.backward()
+    assert torch.isfinite(a.grad).all() and torch.isfinite(b.grad).all()
+
+
+def test_centered_cosine_ignores_the_shared_component():
+    spread = torch.eye(4) - 0.25  # four directions around their mean
+    shifted = spread + torch.tensor([10.0, 10.0, 10.0, 10.0])
+    assert mean_pairwise_cosine(shifted).item() > 0.99  # the raw signal reads the offset as collapse
+    assert centered_pairwise_cosine(shifted).item() == pytest.approx(-1 / 3, abs=1e-5)
+    assert centered_pairwise_cosine(spread).item() == pytest.approx(-1 / 3, abs=1e-5)
+    assert centered_pairwise_cosine(torch.ones(1, 3)).item() == 0.0
 
 
 def test_identical_pairs_keep_finite_gradients():

@@ -219,3 +219,52 @@ def test_align_loss_option_is_a_per_pair_mean(tokenizer, tiny_tlaser_kwargs):
     assert out.loss_distance is None and out.loss_align is not None
     torch.testing.assert_close(out.loss, out.loss_mt / out.num_tokens + 2.0 * out.loss_align)
     assert 0 < out.loss_align < 2 * math.log(3) + 1  # two cross entropies over 3 candidates, per pair
+
+
+@pytest.mark.parametrize("style", ["bert", "fairseq"])
+def test_init_statistics_per_style(style):
+    """bert: every weight N(0, 0.02). fairseq: xavier-uniform linears (q/k/v gain 1/sqrt(2)), embeddings and the
+    output projection N(0, d^-0.5); at d=192 the fairseq init spreads the STR_TAG vectors where bert's does not."""
+    torch.manual_seed(0)
+    d, ffn, vocab = 192, 768, 4000
+    config = TLaserConfig(
+        vocab_size=vocab,
+        hidden_size=d,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        intermediate_size=ffn,
+        decoder_attention_heads=4,
+        decoder_ffn_dim=ffn,
+        init_style=style,
+    )
+    model = TLaserForTranslation(config).eval()
+    layer = model.encoder.layers[0]
+    xavier = {  # std of xavier_uniform = gain * sqrt(2 / (fan_in + fan_out))
+        "q": 2**-0.5 * math.sqrt(2 / (2 * d)),
+        "fc1": math.sqrt(2 / (d + ffn)),
+        "cross_k": math.sqrt(2 / (d + config.lang_embed_dim + d)),  # different key width: gain 1 (fairseq)
+    }
+    observed = {
+        "q": layer.self_attn.q_proj.weight.std().item(),
+        "fc1": layer.ffn.fc1.weight.std().item(),
+        "cross_k": model.decoder.layers[0].encoder_attn.k_proj.weight.std().item(),
+        "embed": model.encoder.embed_tokens.weight[1:].std().item(),
+        "lm_head": model.lm_head.weight.std().item(),
+    }
+    expected = {**xavier, "embed": d**-0.5, "lm_head": d**-0.5} if style == "fairseq" else dict.fromkeys(observed, 0.02)
+    for name, value in observed.items():
+        assert value == pytest.approx(expected[name], rel=0.05), name
+    assert model.encoder.embed_tokens.weight[config.pad_token_id].abs().max() == 0
+    assert layer.self_attn.q_proj.bias.abs().max() == 0
+
+    ids = torch.randint(4, vocab, (64, 12))
+    ids[:, 0], ids[:, -1] = config.cls_token_id, config.eos_token_id
+    with torch.no_grad():
+        vectors = model.encoder(ids, pooled_only=True).pooler_output
+    centred = vectors - vectors.mean(0)
+    # the shared component: raw cosine near 1 (bert) or clearly below (fairseq); centred, the vectors differ
+    raw = torch.nn.functional.cosine_similarity(vectors[:, None], vectors[None], dim=-1)
+    off_diagonal = raw[~torch.eye(len(raw), dtype=torch.bool)].mean().item()
+    assert (off_diagonal > 0.99) if style == "bert" else (off_diagonal < 0.97)
+    spread = (centred.norm(dim=-1).mean() / vectors.norm(dim=-1).mean()).item()
+    assert (spread > 0.15) if style == "fairseq" else (spread < 0.06)

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -16,7 +17,7 @@ import torch
 from hf_tlaser import TLaserConfig, TLaserForTranslation, save_tokenizer
 from hf_tlaser.data import TranslationCollator
 from hf_tlaser.training.cli import parse_args, train
-from hf_tlaser.training.trainer import inverse_sqrt_schedule
+from hf_tlaser.training.trainer import LogParts, inverse_sqrt_schedule
 
 TINY = [
     "hidden_size=32",
@@ -55,6 +56,49 @@ def test_inverse_sqrt_schedule_matches_fairseq():
     schedule = inverse_sqrt_schedule(optimizer, warmup_updates=4000, warmup_init_lr=1e-7)
     factors = [schedule.lr_lambdas[0](step) * 5e-4 for step in (0, 2000, 4000, 16000)]
     assert factors == pytest.approx([1e-7, 1e-7 + (5e-4 - 1e-7) / 2, 5e-4, 2.5e-4])
+
+
+def test_inverse_sqrt_without_warmup_starts_at_the_peak():
+    """``warmup_updates=0``: no warm-up; the peak lr at update 1, then ``lr / sqrt(update)`` (fairseq's formula with
+    the warm-up length taken as 1; fairseq itself would train at lr 0)."""
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=5e-4)
+    schedule = inverse_sqrt_schedule(optimizer, warmup_updates=0, warmup_init_lr=1e-7)
+    factors = [schedule.lr_lambdas[0](step) for step in (0, 1, 4, 100)]
+    assert factors == pytest.approx([1.0, 1.0, 0.5, 0.1])
+
+
+def test_log_parts_average_over_the_micro_batches_that_have_them():
+    parts = LogParts()
+    parts.add(
+        SimpleNamespace(
+            num_tokens=torch.tensor(10),
+            sentence_embedding=torch.zeros(3, 8),
+            loss_mt=torch.tensor(20.0),
+            mean_cosine=torch.tensor(0.9),
+            centered_cosine=torch.tensor(0.2),
+            skipped_pair_losses=torch.tensor(1),
+        )
+    )
+    parts.add(
+        SimpleNamespace(
+            num_tokens=torch.tensor(30),
+            sentence_embedding=torch.zeros(2, 8),
+            loss_mt=torch.tensor(40.0),
+            mean_cosine=torch.tensor(0.7),
+        )
+    )
+    logs = parts.flush(seconds=2.0)
+    assert logs == pytest.approx(
+        {
+            "loss_mt_per_token": 1.5,
+            "mean_cosine": 0.8,
+            "centered_cosine": 0.2,
+            "skipped_pair_losses": 1,
+            "tokens_per_second": 20.0,
+            "pairs": 5,
+        }
+    )
+    assert not parts and parts.flush(seconds=1.0) == {}
 
 
 def test_token_normalised_loss_is_split_invariant(tokenizer):
@@ -138,3 +182,32 @@ def test_two_process_ddp_keeps_ranks_identical(tmp_path, tokenizer_dir):
     assert sums[0]["world_size"] == sums[1]["world_size"] == 2
     assert sums[0]["checksum"] == sums[1]["checksum"]
     assert sums[0]["batches"] != sums[1]["batches"]  # each rank trained on its own micro-batches
+
+
+def launch_ddp(out: Path, tokenizer_dir: Path, *extra: str) -> list[dict]:
+    """Train under 2-process gloo DDP with ddp_worker.py; returns each rank's record."""
+    worker = Path(__file__).with_name("ddp_worker.py")
+    cmd = [
+        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", str(worker),
+        *tiny_args(out, tokenizer_dir, "--use-cpu", *extra),
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
+
+
+def test_ddp_resume_past_an_epoch_boundary_continues_the_data_order(tmp_path, tokenizer_dir):
+    """A 2-process run resumed mid-epoch 1 trains on the same micro-batches, step by step, as the uninterrupted run
+    on every rank (before the fix, the resumed sampler replayed epoch 0)."""
+    small = ("--max-lines", "60", "--pairs", "de-en,en-es", "--save-steps", "5", "--save-total-limit", "10")
+    full = launch_ddp(tmp_path / "full", tokenizer_dir, "--max-steps", "7", *small)
+    per_epoch = full[0]["micro_batches_per_epoch"] // full[0]["accumulation"]
+    assert 0 < per_epoch < 5 and 5 % per_epoch, per_epoch  # the checkpoint lies inside epoch >= 1
+    checkpoint = tmp_path / "full" / "checkpoint-5"
+    resumed = launch_ddp(tmp_path / "resumed", tokenizer_dir, "--max-steps", "7", *small, "--resume", str(checkpoint))
+    for rank in (0, 1):
+        expected = [tuple(item) for item in full[rank]["seen"] if item[0] >= 5]
+        assert [tuple(item) for item in resumed[rank]["seen"]] == expected, rank
+    assert resumed[0]["checksum"] == resumed[1]["checksum"] == full[0]["checksum"]

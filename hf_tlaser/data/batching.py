@@ -10,11 +10,28 @@ Both samplers plan an epoch as a list of micro-batches from ``(seed, epoch)`` al
 * with ``world_size`` > 1 the global plan is cut to a multiple of ``world_size`` and rank r takes steps
   r, r + world_size, ...: disjoint, and the same number of batches on every rank.
 
-``PairBatchSampler`` (pair mode, the paper's fairseq behaviour): a micro-batch is rows of one pair. It yields
-lists of ``(row, src_lang, tgt_lang)``. ``MultiwayBatchSampler``: a micro-batch is whole groups; every group is
-assigned to the stream of its rarest curriculum pair, so each group appears once per stream cycle and the
-groups carrying rare pairs (e.g. de-es, it-es) are drawn as often as the big bitexts. It yields lists of rows.
-Use them as ``DataLoader(ParallelExamples(ds), batch_sampler=sampler, collate_fn=TranslationCollator(...))``.
+``PairBatchSampler`` (pair mode, the paper's fairseq behaviour): a micro-batch is rows of one pair, so every
+direction gets about 1/8 of the target tokens (11.4-13.9 % each, measured below). It yields lists of
+``(row, src_lang, tgt_lang)``.
+
+``MultiwayBatchSampler`` (multi-way mode, a different curriculum): a micro-batch is whole groups; every group is
+assigned to the stream of its rarest curriculum pair (ties go to the pair listed first, so es-en has no stream of
+its own: its groups all carry en-es), so each group appears once per stream cycle and the *streams* are drawn
+uniformly. A micro-batch trains every curriculum direction its groups carry, so the target-token share of a
+direction follows the groups' composition, not 1/8: directions carried by few groups (de-es, it-es) get less,
+directions carried by many groups (de-en, fr-en, fr-es) more. Measured over one planned epoch of the default
+training corpora (first 5000 lines of each file, 4000-token BPE, max_tokens=2000), per direction in percent:
+
+==========  =====  =====  =====  =====  =====  =====  =====  =====
+mode        de-en  de-es  en-es  es-en  fr-en  fr-es  it-en  it-es
+==========  =====  =====  =====  =====  =====  =====  =====  =====
+pair         11.8   12.2   13.7   11.4   12.2   12.7   12.1   13.9
+multi-way    20.8    5.8   11.4    9.7   17.3   20.8   11.2    2.9
+==========  =====  =====  =====  =====  =====  =====  =====  =====
+
+Use pair mode for the paper's uniform curriculum; multi-way mode gives the distance loss pairs across all the
+languages of a group. It yields lists of rows. Use the samplers as ``DataLoader(ParallelExamples(ds),
+batch_sampler=sampler, collate_fn=TranslationCollator(...))``.
 """
 
 from __future__ import annotations

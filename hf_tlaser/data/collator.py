@@ -23,12 +23,14 @@ class TranslationCollator:
     Pair mode (items with ``src``/``tgt``; one pair a->b per batch): ``input_ids``/``attention_mask`` [B, S]
     source in encoder format (``STR_TAG ... </s>``, right-padded); ``labels`` [B, L] target tokens + eos, padded
     with -100; ``tgt_lang`` [B] index of b in ``languages``; with ``with_target_encoding`` also
-    ``tgt_input_ids``/``tgt_attention_mask`` (target in encoder format).
+    ``tgt_input_ids``/``tgt_attention_mask`` (target in encoder format); ``group_index`` [B] ``arange(B)`` (every
+    pair its own group).
 
     Multi-way mode (group items ``{lang: text}``): ``input_ids``/``attention_mask`` [N, S] every sentence that takes
     part in a curriculum pair present in its group, once; per translation direction t: ``labels`` [T, L],
     ``tgt_lang`` [T], ``src_index`` [T] (row of the source in input_ids); ``pair_index`` [T, 2] (source row,
-    target row) for the distance loss.
+    target row) for the distance loss; ``group_index`` [T] (the micro-batch item each direction comes from: the
+    model never takes a translation of the same group as a negative).
     """
 
     def __init__(
@@ -87,6 +89,7 @@ class TranslationCollator:
             "attention_mask": attention_mask,
             "labels": self._labels(targets),
             "tgt_lang": torch.full((len(examples),), self.languages.index(tgt_lang), dtype=torch.long),
+            "group_index": torch.arange(len(examples)),
         }
         if self.with_target_encoding:
             batch["tgt_input_ids"], batch["tgt_attention_mask"] = self._encode(targets)
@@ -97,7 +100,8 @@ class TranslationCollator:
         targets: list[str] = []
         tgt_lang: list[int] = []
         pair_index: list[tuple[int, int]] = []
-        for ex in examples:
+        group_index: list[int] = []
+        for group, ex in enumerate(examples):
             directions = [(a, b) for a, b in self.pairs if ex.get(a) and ex.get(b)]
             row_of = {}
             for lang in self.languages:
@@ -106,6 +110,7 @@ class TranslationCollator:
                     sentences.append(ex[lang])
             for a, b in directions:
                 pair_index.append((row_of[a], row_of[b]))
+                group_index.append(group)
                 targets.append(ex[b])
                 tgt_lang.append(self.languages.index(b))
         if not targets:
@@ -119,4 +124,5 @@ class TranslationCollator:
             "tgt_lang": torch.tensor(tgt_lang, dtype=torch.long),
             "src_index": pairs[:, 0].clone(),
             "pair_index": pairs,
+            "group_index": torch.tensor(group_index, dtype=torch.long),
         }

@@ -13,9 +13,10 @@ from transformers import PreTrainedTokenizerBase
 
 from hf_tlaser.data.cleaning import CleaningConfig, clean_groups
 from hf_tlaser.data.languages import LANGUAGES, check_languages
-from hf_tlaser.data.paths import get_data_dir
+from hf_tlaser.data.paths import ENV_VAR, get_data_dir
 from hf_tlaser.data.pivot import join_on_english
 from hf_tlaser.data.readers import count_lines, moses_files, read_aligned, read_csv_aligned, read_tsv
+from hf_tlaser.errors import MissingDataError, UsageError
 
 logger = logging.getLogger(__name__)
 
@@ -36,12 +37,32 @@ class CorpusSpec:
 def _aligned_sets(
     folder: Path, name: str, sets: dict[str, dict[str, Path]], languages: Sequence[str], max_lines: int | None
 ) -> list[datasets.Dataset]:
-    """Read every file set that has at least two of the requested languages."""
-    out = []
+    """Read every file set that has at least two of the requested languages; log the sets skipped and the lines
+    that ``max_lines`` cuts."""
+    out, skipped = [], {}
+    lines = cut = capped = 0
     for set_name, files in sets.items():
         wanted = {lang: folder / path for lang, path in files.items() if lang in languages}
-        if len(wanted) >= 2:
-            out.append(read_aligned(wanted, f"{name}/{set_name}", languages, max_lines))
+        if len(wanted) < 2:
+            skipped[set_name] = len(files)
+            continue
+        out.append(read_aligned(wanted, f"{name}/{set_name}", languages, max_lines))
+        if max_lines is not None:
+            total = count_lines(next(iter(wanted.values())))  # the files are aligned: one count is enough
+            lines, cut, capped = lines + total, cut + max(total - max_lines, 0), capped + (total > max_lines)
+    if skipped:
+        logger.info(
+            "%s: skipped %d file set(s) (%d files) without two of the languages %s: %s",
+            name,
+            len(skipped),
+            sum(skipped.values()),
+            list(languages),
+            ", ".join(skipped),
+        )
+    if cut:
+        logger.info(
+            "%s: --max-lines %d cut %d of %d lines (%d of %d file sets)", name, max_lines, cut, lines, capped, len(out)
+        )
     return out
 
 
@@ -154,8 +175,9 @@ REGISTRY: dict[str, CorpusSpec] = {
         CorpusSpec("xed", "XED OpenSubtitles en-X pairs (de/es/fr/it); conflicts with XED as a benchmark", _load_xed),
         CorpusSpec(
             "tico19-test",
-            "TICO-19 test, COVID domain, en/es/fr 3-way",
+            "TICO-19 test, COVID domain, en/es/fr 3-way (evaluation: a default retrieval set of hf-tlaser evaluate)",
             _files_loader("tico19-test", _multiway_sets(("tico19-test",), ("en", "es", "fr"))),
+            evaluation=True,
         ),
         CorpusSpec(
             "ntrex128",
@@ -196,24 +218,31 @@ DEFAULT_TRAIN_CORPORA: tuple[str, ...] = (
     "multi30k",
     "wmt-newstest-bilingual",
     "stsb-multi-mt",
-    "tico19-test",
 )
 """Training mix. ``xed`` is registered but left out: its pairs are the source of the XED benchmark's
-projections (PROVENANCE: use it as training bitext or as benchmark, not both)."""
+projections (PROVENANCE: use it as training bitext or as benchmark, not both); the ``evaluation`` corpora (TICO-19
+included, a retrieval set of ``hf-tlaser evaluate``) never enter it."""
 
 
-def _check_names(names: Iterable[str]) -> list[str]:
+def check_corpora(names: str | Iterable[str]) -> list[str]:
+    """The names as a list; UsageError naming the first unknown one and listing the registered corpora."""
     names = [names] if isinstance(names, str) else list(names)
     for name in names:
         if name not in REGISTRY:
-            raise ValueError(f"unknown corpus {name!r}; known corpora: {', '.join(REGISTRY)}")
+            raise UsageError(f"unknown corpus {name!r}; known corpora: {', '.join(REGISTRY)}")
     return names
 
 
 def _load_parts(
     name: str, data_dir: str | os.PathLike | None, languages: Sequence[str], max_lines: int | None
 ) -> list[datasets.Dataset]:
-    return REGISTRY[name].loader(get_data_dir(data_dir) / name, tuple(languages), max_lines)
+    folder = get_data_dir(data_dir) / name
+    if not folder.is_dir():
+        raise MissingDataError(
+            f"corpus folder {folder} does not exist; pass --data-dir (or set ${ENV_VAR}) to the folder that holds "
+            f"the corpora (see its INDEX.md)"
+        )
+    return REGISTRY[name].loader(folder, tuple(languages), max_lines)
 
 
 def load_corpus(
@@ -223,7 +252,7 @@ def load_corpus(
     max_lines: int | None = None,
 ) -> datasets.Dataset:
     """Raw (uncleaned) groups of one registered corpus; ``max_lines`` reads only the first lines of each file."""
-    (name,) = _check_names([name])
+    (name,) = check_corpora([name])
     check_languages(languages)
     parts = _load_parts(name, data_dir, languages, max_lines)
     if not parts:
@@ -248,7 +277,7 @@ def load_corpora(
     ``max_lines`` reads only the first lines of every file (quick runs and tests).
     """
     check_languages(languages)
-    names = _check_names(names)
+    names = check_corpora(names)
     parts = []
     for name in names:
         found = _load_parts(name, data_dir, languages, max_lines)
@@ -272,7 +301,7 @@ def corpus_texts(
     max_sentences: int | None = None,
 ) -> Iterator[str]:
     """Non-empty raw sentences of the named corpora, at most ``max_sentences`` per language (tokenizer training)."""
-    ds = datasets.concatenate_datasets([load_corpus(name, data_dir, languages) for name in _check_names(names)])
+    ds = datasets.concatenate_datasets([load_corpus(name, data_dir, languages) for name in check_corpora(names)])
     for lang in languages:
         count = 0
         for batch in ds.select_columns([lang]).iter(batch_size=10_000):

@@ -21,14 +21,15 @@ import datasets
 from datasets.exceptions import DatasetGenerationError
 
 from hf_tlaser.data.languages import LANGUAGES, check_languages
+from hf_tlaser.errors import MissingDataError, UsageError
 
 logger = logging.getLogger(__name__)
 
 PathLike = str | os.PathLike
 
 
-class DataFormatError(ValueError):
-    """A corpus file that cannot be read as aligned text (misaligned, undecodable or malformed)."""
+class DataFormatError(UsageError):
+    """A corpus file that cannot be read as aligned text (misaligned, undecodable, malformed or empty)."""
 
 
 def group_features(languages: Sequence[str] = LANGUAGES) -> datasets.Features:
@@ -89,15 +90,24 @@ def _group_rows(
     languages: Sequence[str],
     max_items: int | None,
 ) -> Iterator[dict[str, str | None]]:
-    """Canonical rows from aligned streams, counting (and logging) empty lines per language."""
+    """Canonical rows from aligned streams, counting (and logging) empty lines per language.
+
+    Raises DataFormatError naming a source that is empty or holds only blank lines (nothing to learn from).
+    """
     empty = dict.fromkeys(streams, 0)
+    count = 0
     for items in itertools.islice(_zip_aligned(streams, names, unit), max_items):
         row: dict[str, str | None] = dict.fromkeys(languages)
         for lang, text in items.items():
             row[lang] = text.strip()
             empty[lang] += not row[lang]
         row["corpus"] = corpus
+        count += 1
         yield row
+    for lang, n in empty.items():
+        if n == count:
+            state = f"is empty (0 {unit})" if count == 0 else f"has only blank lines ({count} {unit})"
+            raise DataFormatError(f"{names[lang]} {state}: fill it or remove it from the corpus folder")
     for lang, n in empty.items():
         if n:
             logger.info("%s: %d empty %s in %s (dropped by cleaning)", corpus, n, unit, names[lang])
@@ -160,7 +170,9 @@ def _stamp(paths: Sequence[PathLike]) -> str:
     """Cache-busting fingerprint: a changed file must not reuse a cached Arrow table."""
     parts = []
     for path in paths:
-        stat = Path(path).stat()  # FileNotFoundError names the missing file
+        if not Path(path).is_file():
+            raise MissingDataError(f"corpus file {path} does not exist")
+        stat = Path(path).stat()
         parts.append(f"{Path(path).resolve()}:{stat.st_size}:{stat.st_mtime_ns}")
     return "|".join(parts)
 

@@ -1,4 +1,5 @@
-"""Evaluation: xsim / P@1 retrieval, margin-based bitext mining, zero-shot classification, readers, plots.
+"""Evaluation: xsim / P@1 retrieval, margin-based bitext mining, zero-shot classification, readers, plots, and the
+reference rows (random init, ``tfidf-char`` lexical baseline, majority class) reported next to every model.
 
 Everything works on embeddings (numpy or torch) or on an ``embed(texts) -> np.ndarray`` callable, so it is
 independent of the model. kNN uses faiss when importable, else torch (``backend=`` to force one).
@@ -14,6 +15,7 @@ from .readers import (
     LANGS,
     RETRIEVAL_SETS,
     LabeledSplit,
+    laser_mldoc_cleanup,
     read_flores_devtest,
     read_mldoc,
     read_mldoc_file,
@@ -27,10 +29,12 @@ from .report import markdown_table, write_report
 from .retrieval import precision_at_1, xsim, xsim_both, xsim_matrix
 from .suite import (
     SUITES,
+    Reference,
     RetrievalResult,
     embed_classification,
     evaluate_classification,
     evaluate_retrieval,
+    lexical_reference,
     read_classification,
     run_suite,
 )
@@ -43,12 +47,15 @@ __all__ = [
     "SUITES",
     "ClassifierConfig",
     "LabeledSplit",
+    "Reference",
     "RetrievalResult",
     "TransferResult",
     "embed_classification",
     "evaluate_classification",
     "evaluate_retrieval",
     "knn",
+    "laser_mldoc_cleanup",
+    "lexical_reference",
     "load_metric",
     "markdown_table",
     "metric_path",

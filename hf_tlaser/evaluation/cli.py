@@ -1,11 +1,16 @@
-"""``hf-tlaser evaluate MODEL_DIR --suite retrieval sib200 ...``: LASER's protocols on a saved model, written as a
-markdown report, ``results.json`` and PNG plots."""
+"""``hf-tlaser evaluate MODEL_DIR``: LASER's evaluation protocols on a saved model.
+
+Writes a markdown report, ``results.json`` and PNG plots to MODEL_DIR/eval. The model's scores sit in one table
+with reference rows computed on the same sentences with the same protocol: the same architecture at random init,
+the ``tfidf-char`` lexical baseline and, for classification, the majority class.
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -13,10 +18,18 @@ import torch
 from transformers import AutoModel, AutoTokenizer
 
 import hf_tlaser
+from hf_tlaser.errors import UsageError
 from hf_tlaser.evaluation.classifier import ClassifierConfig
-from hf_tlaser.evaluation.suite import RETRIEVAL_SETS, SUITES, run_suite
+from hf_tlaser.evaluation.lexical import NAME as LEXICAL_NAME
+from hf_tlaser.evaluation.provenance import check_model_folder, describe_model
+from hf_tlaser.evaluation.readers import laser_mldoc_cleanup
+from hf_tlaser.evaluation.report import about_table, summary_table
+from hf_tlaser.evaluation.suite import RETRIEVAL_SETS, SUITES, Reference, lexical_reference, run_suite
+from hf_tlaser.hardware import PRECISIONS, default_device, resolve_precision
 
-logger = logging.getLogger("hf_tlaser.evaluate")
+RANDOM_INIT = "random init"
+DOCUMENT_WORDS = 750
+"""T-LASER embeds a document whole, cut to its first 750 words (Li & Mak 2020)."""
 
 
 def load_encoder(model_dir: str | Path, random_init: bool = False) -> tuple[torch.nn.Module, object]:
@@ -29,23 +42,47 @@ def load_encoder(model_dir: str | Path, random_init: bool = False) -> tuple[torc
     return model.eval(), tokenizer
 
 
+@dataclass
+class EncoderEmbed:
+    """An ``Embed`` for a loaded hf_tlaser encoder.
+
+    Sentences are embedded as they are (inputs over the model's length limit are truncated). Documents (MLDoc) are
+    embedded whole: T-LASER's cut to their first 750 words, LASER's after the clean-up of LASER's ``mldoc.sh``.
+    """
+
+    model: torch.nn.Module
+    tokenizer: object
+    device: torch.device
+    autocast_dtype: torch.dtype | None = None
+    max_tokens: int = 16000
+
+    def _encode(self, texts: list[str], **options) -> np.ndarray:
+        return hf_tlaser.encode(
+            self.model,
+            self.tokenizer,
+            texts,
+            max_tokens=self.max_tokens,
+            truncation=True,
+            autocast_dtype=self.autocast_dtype,
+            device=self.device,
+            **options,
+        )
+
+    def __call__(self, texts: list[str]) -> np.ndarray:
+        return self._encode(texts)
+
+    def embed_documents(self, texts: list[str]) -> np.ndarray:
+        """Whole-document vectors (see the class docstring)."""
+        if self.model.config.model_type == "laser":
+            cleaned = [laser_mldoc_cleanup(t) for t in texts]
+            return self._encode(cleaned, documents=True, document_mode="whole", max_words=None)
+        return self._encode(texts, documents=True, document_mode="whole", max_words=DOCUMENT_WORDS)
+
+
 def summarize(results: dict) -> str:
-    """One line per suite: mean xsim error per retrieval set, cross/same/all accuracy per classification set."""
-    lines = []
-    for suite, result in results.items():
-        if suite == "retrieval":
-            for name, by_margin in result["matrices"].items():
-                errors = {
-                    margin: float(np.nanmean(np.asarray(m["xsim"], dtype=float))) for margin, m in by_margin.items()
-                }
-                lines.append(f"{name}: mean xsim error " + ", ".join(f"{m} {e:.1f}%" for m, e in errors.items()))
-        else:
-            summary = result["summary"]
-            lines.append(
-                f"{suite}: "
-                + ", ".join(f"{k} {v[0]:.1f}±{v[1]:.1f}" for k, v in summary.items() if k in ("cross", "same", "all"))
-            )
-    return "\n".join(lines)
+    """What was evaluated and the one results table (model, random init, lexical baseline, majority class), as
+    markdown: what ``hf-tlaser evaluate`` prints."""
+    return "\n\n".join([about_table(results.get("evaluated") or {}), summary_table(results)])
 
 
 def evaluate_model(
@@ -59,21 +96,45 @@ def evaluate_model(
     projection: str | None = "tsne",
     retrieval_sets: tuple[str, ...] = tuple(RETRIEVAL_SETS),
     random_init: bool = False,
+    references: bool = True,
     max_tokens: int = 16000,
-    bf16: bool = False,
+    precision: str = "auto",
 ) -> dict:
-    """Encode with the model of ``model_dir`` and run ``suites``; returns the results dict (also on disk)."""
-    model, tokenizer = load_encoder(model_dir, random_init)
-    dtype = torch.bfloat16 if bf16 else None
+    """Encode with the model of ``model_dir`` and run ``suites``; returns the results dict (also on disk).
 
-    def embed(texts: list[str]) -> np.ndarray:
-        return hf_tlaser.encode(model, tokenizer, texts, max_tokens=max_tokens, truncation=True, autocast_dtype=dtype)
+    ``references`` adds the random-init architecture (unless ``random_init``: then it is the evaluated row) and the
+    ``tfidf-char`` lexical baseline as rows of the same tables. ``precision`` (auto/fp32/bf16/fp16) is resolved for
+    the default device (CUDA, MPS or CPU) and recorded in the results.
+    """
+    check_model_folder(model_dir)
+    device = default_device()
+    choice = resolve_precision(precision, device)
 
+    def embedder(untrained: bool) -> EncoderEmbed:
+        model, tokenizer = load_encoder(model_dir, untrained)
+        return EncoderEmbed(model, tokenizer, device, choice.autocast_dtype, max_tokens)
+
+    about = describe_model(model_dir)
+    about.update(
+        label=f"{about['model']} ({RANDOM_INIT})" if random_init else about["model"],
+        weights=RANDOM_INIT if random_init else "trained",
+        precision=choice.to_dict(),
+        device=str(device),
+    )
+    rows: dict[str, Reference] = {}
+    if references and not random_init:
+        untrained = embedder(True)
+        rows[RANDOM_INIT] = Reference(
+            f"{RANDOM_INIT} (reference)",
+            "the same architecture with untrained (random) weights, encoded the same way",
+            lambda suite: untrained,
+        )
+    if references:
+        rows[LEXICAL_NAME] = lexical_reference()
     state = Path(model_dir) / "trainer_state.json"
     out = Path(output_dir) if output_dir else Path(model_dir) / ("eval_random_init" if random_init else "eval")
-    title = f"{Path(model_dir).name}{' (random init)' if random_init else ''}: evaluation"
     return run_suite(
-        embed,
+        embedder(random_init),
         out,
         suites=suites,
         data_dir=data_dir,
@@ -82,37 +143,85 @@ def evaluate_model(
         retrieval_sets=retrieval_sets,
         projection=projection,
         trainer_state=state if state.exists() and not random_init else None,
-        title=title,
+        title=f"{Path(model_dir).name}: evaluation",
+        references=rows,
+        about=about,
     )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``hf-tlaser evaluate`` argument parser."""
+    parser = argparse.ArgumentParser(
+        prog="hf-tlaser evaluate", description=__doc__.split("\n", 1)[1].strip().replace("``", "")
+    )
+    parser.add_argument("model_dir", help="folder written by hf-tlaser train (config.json, weights, tokenizer)")
+    parser.add_argument(
+        "--suite",
+        nargs="+",
+        choices=SUITES,
+        default=["retrieval", "sib200"],
+        metavar="SUITE",
+        help=f"what to run, one or more of: {', '.join(SUITES)} (default: retrieval sib200)",
+    )
+    parser.add_argument(
+        "--retrieval-sets",
+        nargs="+",
+        choices=list(RETRIEVAL_SETS),
+        default=list(RETRIEVAL_SETS),
+        metavar="SET",
+        help=f"xsim sets, one or more of: {', '.join(RETRIEVAL_SETS)} (default: all)",
+    )
+    parser.add_argument("--output-dir", help="where to write (default: MODEL_DIR/eval)")
+    parser.add_argument("--data-dir", help="corpora folder (default: $HF_TLASER_DATA, else ../shared/data)")
+    parser.add_argument(
+        "--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4], help="classifier seeds (default: 0 1 2 3 4)"
+    )
+    parser.add_argument("--epochs", type=int, default=500, help="classifier epochs (default: %(default)s, as LASER)")
+    parser.add_argument(
+        "--projection",
+        choices=["tsne", "pca", "none"],
+        default="tsne",
+        help="2-D plot of the test embeddings: tsne, pca or none (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--random-init",
+        action="store_true",
+        help="evaluate only the same architecture untrained, into MODEL_DIR/eval_random_init",
+    )
+    parser.add_argument(
+        "--no-references", action="store_true", help="leave out the random-init and tfidf-char reference rows"
+    )
+    parser.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default="auto",
+        help=f"encoding precision, one of: {', '.join(PRECISIONS)}; auto picks what is fast on this hardware "
+        "(default: %(default)s)",
+    )
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``hf-tlaser evaluate``."""
-    parser = argparse.ArgumentParser(prog="hf-tlaser evaluate", description=__doc__.split("\n")[0])
-    parser.add_argument("model_dir")
-    parser.add_argument("--suite", nargs="+", choices=SUITES, default=["retrieval", "sib200"])
-    parser.add_argument("--retrieval-sets", nargs="+", choices=list(RETRIEVAL_SETS), default=list(RETRIEVAL_SETS))
-    parser.add_argument("--output-dir", default=None, help="default: MODEL_DIR/eval")
-    parser.add_argument("--data-dir", default=None, help="corpora folder (default: $HF_TLASER_DATA or ../shared/data)")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4], help="classifier seeds")
-    parser.add_argument("--epochs", type=int, default=500, help="classifier epochs (LASER: 500)")
-    parser.add_argument("--projection", choices=["tsne", "pca", "none"], default="tsne")
-    parser.add_argument("--random-init", action="store_true", help="evaluate the same architecture untrained")
-    parser.add_argument("--bf16", action="store_true", help="bf16 autocast while encoding")
-    args = parser.parse_args(argv)
+    """Entry point of ``hf-tlaser evaluate``: 0 on success, 2 with one line on stderr for a usage mistake."""
+    args = build_parser().parse_args(argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    results = evaluate_model(
-        args.model_dir,
-        args.suite,
-        args.output_dir,
-        data_dir=args.data_dir,
-        seeds=tuple(args.seeds),
-        epochs=args.epochs,
-        projection=None if args.projection == "none" else args.projection,
-        retrieval_sets=tuple(args.retrieval_sets),
-        random_init=args.random_init,
-        bf16=args.bf16,
-    )
+    try:
+        results = evaluate_model(
+            args.model_dir,
+            args.suite,
+            args.output_dir,
+            data_dir=args.data_dir,
+            seeds=tuple(args.seeds),
+            epochs=args.epochs,
+            projection=None if args.projection == "none" else args.projection,
+            retrieval_sets=tuple(args.retrieval_sets),
+            random_init=args.random_init,
+            references=not args.no_references,
+            precision=args.precision,
+        )
+    except UsageError as error:
+        print(f"hf-tlaser evaluate: error: {error}", file=sys.stderr)
+        return 2
     print(summarize(results))
     return 0
 

@@ -2,16 +2,20 @@
 
 Backends: ``faiss`` (exact ``IndexFlatIP``, used when ``faiss-cpu`` is importable) and ``torch`` (batched exact
 matmul + ``topk``). ``backend="auto"`` picks faiss when available, else torch; both return the same neighbours.
+Sparse embeddings (scipy CSR, e.g. TF-IDF vectors) are searched with batched sparse products whatever the backend.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Literal
 
 import numpy as np
 import torch
+from scipy import sparse
 
 Backend = Literal["auto", "faiss", "torch"]
 
@@ -22,32 +26,54 @@ MARGINS: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
 }
 
 
+def import_faiss() -> ModuleType | None:
+    """``faiss``, or None when not installed; its loader's probing of CPU-specific builds is not logged."""
+    loader = logging.getLogger("faiss.loader")
+    level = loader.level
+    loader.setLevel(logging.WARNING)
+    try:
+        import faiss
+    except ImportError:
+        return None
+    finally:
+        loader.setLevel(level)
+    return faiss
+
+
 def faiss_available() -> bool:
     """Whether ``faiss`` can be imported."""
-    try:
-        import faiss  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return import_faiss() is not None
 
 
-def as_matrix(emb: np.ndarray | torch.Tensor, name: str) -> np.ndarray:
-    """Return ``emb`` as a C-contiguous float32 2-D numpy array; ``name`` is used in error messages."""
+def as_matrix(emb: np.ndarray | torch.Tensor | sparse.sparray, name: str) -> np.ndarray | sparse.csr_matrix:
+    """Return ``emb`` as a C-contiguous float32 2-D numpy array (a float32 CSR matrix when sparse); ``name`` is used
+    in error messages."""
     if isinstance(emb, torch.Tensor):
         emb = emb.detach().cpu().float().numpy()
-    arr = np.ascontiguousarray(np.asarray(emb, dtype=np.float32))
+    if sparse.issparse(emb):
+        arr = sparse.csr_matrix(emb, dtype=np.float32)
+    else:
+        arr = np.ascontiguousarray(np.asarray(emb, dtype=np.float32))
     if arr.ndim != 2 or arr.shape[0] == 0:
         raise ValueError(f"{name} must be a non-empty 2-D array (n, dim), got shape {arr.shape}")
     return arr
 
 
-def l2_normalize(x: np.ndarray) -> np.ndarray:
+def l2_normalize(x: np.ndarray | sparse.csr_matrix) -> np.ndarray | sparse.csr_matrix:
     """Row-wise L2 normalisation (zero rows stay zero)."""
+    if sparse.issparse(x):
+        norms = np.sqrt(np.asarray(x.multiply(x).sum(axis=1))).ravel()
+        return sparse.csr_matrix(sparse.diags(1.0 / np.maximum(norms, 1e-12)) @ x, dtype=np.float32)
     norms = np.linalg.norm(x, axis=1, keepdims=True)
     return (x / np.maximum(norms, 1e-12)).astype(np.float32)
 
 
-def check_pair(src: np.ndarray, tgt: np.ndarray, src_name: str = "src_emb", tgt_name: str = "tgt_emb") -> None:
+def check_pair(
+    src: np.ndarray | sparse.csr_matrix,
+    tgt: np.ndarray | sparse.csr_matrix,
+    src_name: str = "src_emb",
+    tgt_name: str = "tgt_emb",
+) -> None:
     """Raise if the two embedding matrices have different dimensions."""
     if src.shape[1] != tgt.shape[1]:
         raise ValueError(f"{src_name} has dimension {src.shape[1]} but {tgt_name} has dimension {tgt.shape[1]}")
@@ -60,17 +86,25 @@ def check_margin(margin: str) -> None:
 
 
 def knn(
-    queries: np.ndarray, database: np.ndarray, k: int, backend: Backend = "auto", batch_size: int = 4096
+    queries: np.ndarray | sparse.csr_matrix,
+    database: np.ndarray | sparse.csr_matrix,
+    k: int,
+    backend: Backend = "auto",
+    batch_size: int = 4096,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Exact inner-product kNN: ``(sims, ids)``, both ``(len(queries), k)``, best first.
 
-    ``faiss`` uses ``IndexFlatIP``; ``torch`` does batched ``queries @ database.T`` and ``topk``.
+    ``faiss`` uses ``IndexFlatIP``; ``torch`` does batched ``queries @ database.T`` and ``topk``; sparse inputs use
+    batched sparse products.
     """
+    if sparse.issparse(queries) or sparse.issparse(database):
+        return _sparse_knn(sparse.csr_matrix(queries), sparse.csr_matrix(database), k, batch_size)
     if backend == "auto":
         backend = "faiss" if faiss_available() else "torch"
     if backend == "faiss":
-        import faiss
-
+        faiss = import_faiss()
+        if faiss is None:
+            raise ImportError("backend='faiss' needs faiss-cpu: pip install faiss-cpu")
         index = faiss.IndexFlatIP(database.shape[1])
         index.add(database)
         sims, ids = index.search(queries, k)
@@ -78,13 +112,26 @@ def knn(
     if backend != "torch":
         raise ValueError(f"unknown backend {backend!r}; valid: auto, faiss, torch")
     db = torch.from_numpy(database)
-    sims, ids = [], []
-    for start in range(0, queries.shape[0], batch_size):
-        scores = torch.from_numpy(queries[start : start + batch_size]) @ db.T
-        top = scores.topk(k, dim=1)
-        sims.append(top.values.numpy())
-        ids.append(top.indices.numpy())
-    return np.concatenate(sims).astype(np.float32), np.concatenate(ids).astype(np.int64)
+    return _top_k((torch.from_numpy(block) @ db.T for block in _blocks(queries, batch_size)), k)
+
+
+def _blocks(queries: np.ndarray | sparse.csr_matrix, batch_size: int) -> Iterator:
+    return (queries[start : start + batch_size] for start in range(0, queries.shape[0], batch_size))
+
+
+def _top_k(scores: Iterable[torch.Tensor], k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Concatenated ``(sims, ids)`` of the k best columns of each block of query rows."""
+    tops = [block.topk(k, dim=1) for block in scores]
+    sims = np.concatenate([top.values.numpy() for top in tops]).astype(np.float32)
+    return sims, np.concatenate([top.indices.numpy() for top in tops]).astype(np.int64)
+
+
+def _sparse_knn(
+    queries: sparse.csr_matrix, database: sparse.csr_matrix, k: int, batch_size: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``knn`` for sparse matrices: dense score blocks of ``batch_size`` queries, then a top-k per row."""
+    db_t = database.T.tocsc()
+    return _top_k((torch.from_numpy((block @ db_t).toarray()) for block in _blocks(queries, batch_size)), k)
 
 
 @dataclass
@@ -111,8 +158,8 @@ def margin_candidates(
     mean cosine of x's k nearest neighbours in y (``absolute`` just keeps the cosine).
     """
     check_margin(margin)
-    fwd_sim, fwd_ids = knn(x, y, min(k, len(y)), backend)
-    bwd_sim, bwd_ids = knn(y, x, min(k, len(x)), backend)
+    fwd_sim, fwd_ids = knn(x, y, min(k, y.shape[0]), backend)
+    bwd_sim, bwd_ids = knn(y, x, min(k, x.shape[0]), backend)
     fwd_mean, bwd_mean = fwd_sim.mean(axis=1), bwd_sim.mean(axis=1)
     score = MARGINS[margin]
     fwd = Candidates(fwd_ids, score(fwd_sim, (fwd_mean[:, None] + bwd_mean[fwd_ids]) / 2))

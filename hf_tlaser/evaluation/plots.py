@@ -1,10 +1,13 @@
-"""PNG plots (matplotlib, Agg backend): transfer heatmaps, 2-D embedding projections, training curves."""
+"""PNG plots (matplotlib, Agg backend): transfer heatmaps, 2-D embedding projections, training curves.
+
+Legends sit outside the axes so that they never cover data; heatmaps use a fixed 0-100 % colour scale.
+"""
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import matplotlib
@@ -14,6 +17,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 _SPEED_KEYS = ("runtime", "samples_per_second", "steps_per_second")
+COLLAPSE_SIGNALS = ("mean_cosine", "centered_cosine", "d_p", "d_n")
+"""Logged by the trainer: mean (and mean-centred) pairwise cosine of a batch's sentence vectors (near 1: collapse),
+mean distance of translation pairs and of negatives (cT-LASER's constraint)."""
 
 
 def _save(fig, path: str | os.PathLike) -> Path:
@@ -33,29 +39,50 @@ def plot_heatmap(
     xlabel: str = "test",
     ylabel: str = "train",
     cmap: str = "viridis",
+    value_range: tuple[float, float] = (0.0, 100.0),
+    marks: Mapping[str, float] | None = None,
 ) -> Path:
-    """Annotated heatmap of ``matrix`` (e.g. a train x test accuracy or an xsim matrix; NaN cells blank)."""
+    """Annotated heatmap of a percentage ``matrix`` (a train x test accuracy or an xsim matrix; NaN cells blank).
+
+    The colour scale is fixed to ``value_range`` (0-100 %), so plots of different models compare by colour.
+    ``marks`` (label -> value) draws a labelled line on the colour bar, e.g. the majority-class rate.
+    """
     matrix = np.asarray(matrix, dtype=float)
     if matrix.shape != (len(row_labels), len(col_labels)):
         raise ValueError(f"matrix has shape {matrix.shape} but labels give {(len(row_labels), len(col_labels))}")
-    fig, ax = plt.subplots(figsize=(1.0 + 0.9 * len(col_labels), 0.8 + 0.7 * len(row_labels)))
-    image = ax.imshow(np.ma.masked_invalid(matrix), cmap=cmap)
-    fig.colorbar(image, ax=ax)
+    fig, ax = plt.subplots(figsize=(1.6 + 0.9 * len(col_labels), 0.8 + 0.7 * len(row_labels)))
+    image = ax.imshow(np.ma.masked_invalid(matrix), cmap=cmap, vmin=value_range[0], vmax=value_range[1])
+    colorbar = fig.colorbar(image, ax=ax)
+    if marks:  # a red line and a red tick label per mark; default ticks too close to a mark make room
+        low, high = value_range
+        ticks = [t for t in np.linspace(low, high, 6) if all(abs(t - v) > (high - low) / 15 for v in marks.values())]
+        colorbar.set_ticks(
+            [*ticks, *marks.values()],
+            labels=[f"{t:g}" for t in ticks] + [f"{label} {value:.1f}" for label, value in marks.items()],
+        )
+        for value, tick in zip(marks.values(), colorbar.ax.get_yticklabels()[len(ticks) :]):
+            colorbar.ax.axhline(value, color="red", linewidth=2)
+            tick.set_color("red")
     ax.set_xticks(range(len(col_labels)), labels=list(col_labels))
     ax.set_yticks(range(len(row_labels)), labels=list(row_labels))
     ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
-    finite = matrix[np.isfinite(matrix)]
-    middle = (finite.min() + finite.max()) / 2 if finite.size else 0.0
     for (i, j), value in np.ndenumerate(matrix):
         if np.isfinite(value):
-            color = "black" if value > middle else "white"
+            red, green, blue, _ = image.cmap(image.norm(value))
+            color = "black" if 0.299 * red + 0.587 * green + 0.114 * blue > 0.5 else "white"
             ax.text(j, i, f"{value:.1f}", ha="center", va="center", color=color, fontsize=9)
     return _save(fig, path)
 
 
-def plot_transfer_matrix(result, path: str | os.PathLike, title: str = "Zero-shot transfer accuracy (%)") -> Path:
-    """Heatmap of a :class:`~hf_tlaser.evaluation.classifier.TransferResult` mean matrix."""
-    return plot_heatmap(result.mean, result.train_langs, result.test_langs, path, title)
+def plot_transfer_matrix(
+    result, path: str | os.PathLike, title: str = "Zero-shot transfer accuracy (%)", majority: float | None = None
+) -> Path:
+    """Heatmap of a :class:`~hf_tlaser.evaluation.classifier.TransferResult` mean matrix on a 0-100 scale;
+    ``majority`` (the majority-class rate, %) is marked on the colour bar and named in the title."""
+    marks = None
+    if majority is not None:
+        title, marks = f"{title}\nmajority class: {majority:.1f}% (red on the colour bar)", {"majority": majority}
+    return plot_heatmap(result.mean, result.train_langs, result.test_langs, path, title, marks=marks)
 
 
 def project_2d(emb: np.ndarray, method: str = "tsne", seed: int = 0) -> np.ndarray:
@@ -87,41 +114,54 @@ def plot_embeddings(
         raise ValueError(f"emb has {len(emb)} rows; langs/classes must have one entry per row")
     points = project_2d(emb, method, seed)
     panels = [("language", list(langs))] + ([("class", list(classes))] if classes is not None else [])
-    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 5), squeeze=False)
+    fig, axes = plt.subplots(1, len(panels), figsize=(7.5 * len(panels), 5), squeeze=False, layout="constrained")
     for ax, (name, values) in zip(axes[0], panels):
         for value in sorted(set(values)):
             keep = np.array([v == value for v in values])
             ax.scatter(points[keep, 0], points[keep, 1], s=8, alpha=0.7, label=str(value))
         ax.set_title(f"{title} by {name} ({method})".strip())
-        ax.legend(fontsize=7, markerscale=2)
+        ax.legend(fontsize=7, markerscale=2, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     return _save(fig, path)
 
 
 def plot_training_curves(trainer_state: str | os.PathLike | dict, path: str | os.PathLike) -> Path:
-    """Loss curves (``loss`` and parts such as ``loss_mt``/``loss_dp``/``loss_hinge``) and eval metrics.
+    """Training losses (``loss`` and parts such as ``loss_mt_per_token``/``loss_align``), the collapse signals logged
+    next to them (``mean_cosine``, ``centered_cosine``, ``d_p``, ``d_n``) and eval metrics, one panel each.
 
     ``trainer_state`` is a Trainer ``trainer_state.json`` path (or its loaded dict) with ``log_history``.
     """
     state = trainer_state if isinstance(trainer_state, dict) else json.loads(Path(trainer_state).read_text())
-    history = state.get("log_history", [])
-    train, evals = {}, {}
-    for entry in history:
+    train, collapse, evals = {}, {}, {}
+    for entry in state.get("log_history", []):
         step = entry.get("step")
         for key, value in entry.items():
             if not isinstance(value, (int, float)) or step is None or key == "step":
                 continue
             if key.startswith("loss"):
                 train.setdefault(key, []).append((step, value))
+            elif key in COLLAPSE_SIGNALS:
+                collapse.setdefault(key, []).append((step, value))
             elif key.startswith("eval_") and not key.endswith(_SPEED_KEYS):
                 evals.setdefault(key, []).append((step, value))
     if not train and not evals:
         raise ValueError("trainer state has no loss or eval_* entries in log_history")
-    panels = [p for p in (("training loss", train), ("evaluation", evals)) if p[1]]
-    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4), squeeze=False)
-    for ax, (title, series) in zip(axes[0], panels):
+    panels = [
+        p
+        for p in (
+            ("training loss", train),
+            ("collapse signals: cosines of sentence vectors, distances of pairs (d_p) and negatives (d_n)", collapse),
+            ("evaluation", evals),
+        )
+        if p[1]
+    ]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(9, 3.2 * len(panels)), squeeze=False, layout="constrained")
+    for ax, (title, series) in zip(axes[:, 0], panels):
         for key, points in sorted(series.items()):
             steps, values = zip(*points)
             ax.plot(steps, values, marker="." if len(points) < 50 else None, label=key)
+        values = [v for points in series.values() for _, v in points]
+        if min(values) > 0 and max(values) / min(values) > 50:  # loss parts of very different sizes
+            ax.set_yscale("log")
         ax.set(title=title, xlabel="step")
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     return _save(fig, path)

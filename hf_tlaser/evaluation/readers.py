@@ -16,6 +16,7 @@ from pathlib import Path
 
 from hf_tlaser.data.paths import get_data_dir
 from hf_tlaser.data.readers import iter_lines
+from hf_tlaser.errors import MissingDataError, UsageError
 
 LANGS = ("en", "de", "es", "fr", "it")
 SPLITS = ("train", "dev", "test")
@@ -43,6 +44,14 @@ def _lines(path: str | os.PathLike) -> list[str]:
     return list(iter_lines(path))
 
 
+def corpus_folder(data_dir: str | os.PathLike | None, name: str) -> Path:
+    """``<data_dir>/<name>``; raises ``MissingDataError`` naming the folder when it does not exist."""
+    folder = get_data_dir(data_dir) / name
+    if not folder.is_dir():
+        raise MissingDataError(f"corpus folder {folder} does not exist; pass the --data-dir that holds {name}/")
+    return folder
+
+
 def _check_langs(langs: Sequence[str] | None, available: Sequence[str], dataset: str) -> list[str]:
     langs = list(available if langs is None else langs)
     unknown = [lang for lang in langs if lang not in available]
@@ -60,6 +69,21 @@ def _aligned(data: dict[str, list[str]], dataset: str) -> dict[str, list[str]]:
 
 # --- classification ---------------------------------------------------------------------------------------
 
+# LASER's tasks/mldoc/mldoc.sh removes text "not useful for classification" with sed before embedding:
+# ' Co .' -> ' Co.', ' Inc . ' -> ' Inc. ', and the Reuters copyright line '(c) Reuters Limited 199x.'.
+_LASER_MLDOC_CLEANUP = (
+    (re.compile(r" Co \."), " Co."),
+    (re.compile(r" Inc \. "), " Inc. "),
+    (re.compile(r"\([cC]\) Reuters Limited 199[0-9]\."), ""),
+)
+
+
+def laser_mldoc_cleanup(text: str) -> str:
+    """An MLDoc document as LASER's ``mldoc.sh`` feeds it to the encoder (its three ``sed`` substitutions)."""
+    for pattern, replacement in _LASER_MLDOC_CLEANUP:
+        text = pattern.sub(replacement, text)
+    return text
+
 
 def read_mldoc_file(path: str | os.PathLike) -> LabeledSplit:
     """One MLDoc file, lines ``label<TAB>text``; labels C/E/G/M or CCAT/ECAT/GCAT/MCAT (mapped to CCAT...)."""
@@ -68,7 +92,7 @@ def read_mldoc_file(path: str | os.PathLike) -> LabeledSplit:
         label, sep, text = line.partition("\t")
         label = MLDOC_LABELS.get(label, label)
         if not sep or label not in MLDOC_LABELS.values():
-            raise ValueError(f"{path}:{n}: expected 'label<TAB>text' with label in C/E/G/M or CCAT/ECAT/GCAT/MCAT")
+            raise UsageError(f"{path}:{n}: expected 'label<TAB>text' with label in C/E/G/M or CCAT/ECAT/GCAT/MCAT")
         texts.append(text)
         labels.append(label)
     return LabeledSplit(texts, labels)
@@ -92,7 +116,7 @@ def read_mldoc(
 
 def read_sib200(data_dir: str | os.PathLike | None = None, langs: Sequence[str] | None = LANGS) -> ClassificationData:
     """SIB-200 topic classification (7 labels), ``sib200/{eng,...}_Latn/{train,dev,test}.tsv`` (701/99/204)."""
-    root = get_data_dir(data_dir) / "sib200"
+    root = corpus_folder(data_dir, "sib200")
     langs = _check_langs(langs, list(_FLORES), "sib200")
     data: ClassificationData = {}
     for lang in langs:
@@ -114,7 +138,7 @@ def read_umsab(
 
     ``unescape`` turns the literal ``\\uXXXX`` sequences of some English tweets into characters.
     """
-    root = get_data_dir(data_dir) / "umsab-xlmt-sentiment"
+    root = corpus_folder(data_dir, "umsab-xlmt-sentiment")
     langs = _check_langs(langs, list(_LANG_NAMES), "umsab")
     data: ClassificationData = {}
     for lang in langs:
@@ -138,7 +162,7 @@ def read_ntrex128(
     data_dir: str | os.PathLike | None = None, langs: Sequence[str] | None = LANGS
 ) -> dict[str, list[str]]:
     """NTREX-128 (1,997 news sentences, CRLF files)."""
-    root = get_data_dir(data_dir) / "ntrex128"
+    root = corpus_folder(data_dir, "ntrex128")
     langs = _check_langs(langs, LANGS, "ntrex128")
     names = {lang: f"newstest2019-ref.{_FLORES[lang][:3]}.txt" for lang in LANGS}
     names["en"] = "newstest2019-src.eng.txt"
@@ -149,7 +173,7 @@ def read_flores_devtest(
     data_dir: str | os.PathLike | None = None, langs: Sequence[str] | None = LANGS
 ) -> dict[str, list[str]]:
     """FLORES-200 devtest (1,012 sentences). Overlaps SIB-200."""
-    root = get_data_dir(data_dir) / "flores-devtest"
+    root = corpus_folder(data_dir, "flores-devtest")
     langs = _check_langs(langs, LANGS, "flores-devtest")
     return _aligned({lang: _lines(root / f"{_FLORES[lang]}.devtest") for lang in langs}, "flores-devtest")
 
@@ -158,14 +182,14 @@ def read_tico19(
     data_dir: str | os.PathLike | None = None, langs: Sequence[str] | None = ("en", "es", "fr")
 ) -> dict[str, list[str]]:
     """TICO-19 test (2,100 COVID-domain sentences; en, es (Latin-American), fr only)."""
-    root = get_data_dir(data_dir) / "tico19-test"
+    root = corpus_folder(data_dir, "tico19-test")
     langs = _check_langs(langs, ("en", "es", "fr"), "tico19-test")
     return _aligned({lang: _lines(root / f"tico19-test.{lang}") for lang in langs}, "tico19-test")
 
 
 def read_ud_pud(data_dir: str | os.PathLike | None = None, langs: Sequence[str] | None = LANGS) -> dict[str, list[str]]:
     """UD PUD treebank sentences (1,000, news + Wikipedia)."""
-    root = get_data_dir(data_dir) / "ud-pud"
+    root = corpus_folder(data_dir, "ud-pud")
     langs = _check_langs(langs, LANGS, "ud-pud")
     return _aligned({lang: _lines(root / f"pud.{lang}.txt") for lang in langs}, "ud-pud")
 

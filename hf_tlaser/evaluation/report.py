@@ -1,7 +1,8 @@
-"""Markdown report helpers."""
+"""Markdown report helpers, and the tables of a ``results.json`` dict shared by the report and the model card."""
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -39,3 +40,111 @@ def write_report(path: str | os.PathLike, title: str, sections: Sequence[tuple[s
         parts += [f"## {heading}", "", str(body).rstrip(), ""]
     path.write_text("\n".join(parts), encoding="utf-8")
     return path
+
+
+# --- tables from a results.json dict (the evaluation report and the model card) --------------------------------
+
+SUMMARY_KEYS = ("cross", "same", "all")
+ABOUT_FIELDS = {
+    "path": "model folder",
+    "model": "model",
+    "model_type": "model type",
+    "preset": "preset",
+    "weights": "weights",
+    "updates": "optimizer updates",
+    "tokens_seen": "tokens seen",
+    "token_budget": "tokens seen (at most: updates x tokens per update)",
+    "training_precision": "training precision",
+    "precision": "evaluation precision",
+    "device": "evaluation device",
+}
+MAJORITY = "majority class (reference)"
+
+
+def _about_value(value: object) -> str:
+    if isinstance(value, dict) and "precision" in value:
+        return f"{value['precision']} ({value['reason']})" if value.get("reason") else str(value["precision"])
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
+
+
+def about_table(about: dict) -> str:
+    """Two-column table of what was evaluated (``results["evaluated"]``); missing fields are left out."""
+    rows = [[title, _about_value(about[key])] for key, title in ABOUT_FIELDS.items() if about.get(key) is not None]
+    return markdown_table(["", ""], rows) if rows else "(not recorded)"
+
+
+def mean_xsim(entry: dict) -> float | None:
+    """Mean xsim error (%) over the language pairs of one ``{"langs", "xsim"}`` matrix (null diagonal skipped)."""
+    values = [v for row in entry.get("xsim") or [] for v in row if isinstance(v, (int, float)) and not math.isnan(v)]
+    return sum(values) / len(values) if values else None
+
+
+def mean_std(value: object) -> tuple[float, float | None] | None:
+    """A classification summary entry as ``(mean, std)``: ``[mean, std]`` as the suite writes it, or a number."""
+    if isinstance(value, (int, float)):
+        return float(value), None
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, (int, float)) for v in value):
+        return float(value[0]), float(value[1]) if len(value) > 1 else None
+    return None
+
+
+def format_mean_std(value: tuple[float, float | None] | None) -> str:
+    """``"61.50 ± 1.50"`` (``"-"`` when missing)."""
+    if value is None:
+        return "-"
+    return f"{value[0]:.2f}" + (f" ± {value[1]:.2f}" if value[1] is not None else "")
+
+
+def classification_suites(results: dict) -> list[str]:
+    """Names of the classification entries of ``results`` (those with a ``summary``)."""
+    return [name for name, entry in results.items() if isinstance(entry, dict) and "summary" in entry]
+
+
+def result_rows(results: dict) -> list[tuple[str, dict]]:
+    """``(row label, suite results)``: the evaluated model (``evaluated.label``), then every reference."""
+    label = (results.get("evaluated") or {}).get("label") or "model"
+    rows = [(label, results)]
+    references = (results.get("references") or {}).items()
+    return rows + [(entry.get("label") or f"{name} (reference)", entry) for name, entry in references]
+
+
+def summary_table(results: dict) -> str:
+    """One table, one row per embedder (model, references, majority class): mean xsim error % per retrieval set and
+    margin, cross/same/all accuracy % per classification set; then what each reference row is."""
+    retrieval = ((results.get("retrieval") or {}).get("matrices")) or {}
+    columns = [(name, margin) for name, by_margin in retrieval.items() for margin in by_margin]
+    suites = classification_suites(results)
+    headers = ["", *(f"{name} xsim % ({margin})" for name, margin in columns)]
+    headers += [f"{suite} {key} acc %" for suite in suites for key in SUMMARY_KEYS]
+    rows = []
+    for label, entry in result_rows(results):
+        matrices = (entry.get("retrieval") or {}).get("matrices") or {}
+        cells: list[object] = [mean_xsim((matrices.get(n) or {}).get(m) or {}) for n, m in columns]
+        cells = ["-" if v is None else v for v in cells]
+        summaries = [(entry.get(suite) or {}).get("summary") or {} for suite in suites]
+        cells += [format_mean_std(mean_std(summary.get(key))) for summary in summaries for key in SUMMARY_KEYS]
+        rows.append([label, *cells])
+    majority = [results[suite].get("majority_class") for suite in suites]
+    if any(v is not None for v in majority):
+        rows.append([MAJORITY, *("-" for _ in columns), *(v for v in majority for _ in SUMMARY_KEYS)])
+    notes = [f"- **{name}**: {entry.get('about', '')}" for name, entry in (results.get("references") or {}).items()]
+    if any(v is not None for v in majority):
+        notes.append(f"- **{MAJORITY.split(' (')[0]}**: always answers the most frequent label of the training split")
+    if not columns and not suites:
+        return "No retrieval or classification results."
+    return "\n".join([markdown_table(headers, rows), *([""] + notes if notes else [])])
+
+
+def pair_table(results: dict, name: str, margin: str) -> str:
+    """xsim error % of retrieval set ``name`` per ordered language pair (query -> searched), one column per row of
+    :func:`summary_table`."""
+    rows = result_rows(results)
+    matrices = [((entry.get("retrieval") or {}).get("matrices") or {}).get(name, {}).get(margin) for _, entry in rows]
+    langs = (matrices[0] or {}).get("langs") or []
+    table = []
+    for i, query in enumerate(langs):
+        for j, target in enumerate(langs):
+            if i != j:
+                cells = [m["xsim"][i][j] if m else None for m in matrices]
+                table.append([f"{query} → {target}", *("-" if v is None else float(v) for v in cells)])
+    return markdown_table(["pair", *(label for label, _ in rows)], table)

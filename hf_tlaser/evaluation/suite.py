@@ -1,26 +1,37 @@
-"""Model-agnostic evaluation runners: everything takes ``embed(texts: list[str]) -> np.ndarray (n, dim)``."""
+"""Model-agnostic evaluation runners: everything takes ``embed(texts: list[str]) -> np.ndarray (n, dim)``.
+
+An embedder is called once per dataset with all its texts (every language, every split), so one that fits on its input
+(the ``tfidf-char`` reference) sees exactly the texts being compared. Document sets (MLDoc) go to the embedder's
+``embed_documents`` method when it has one. ``run_suite`` evaluates reference rows (random init, the lexical baseline,
+the majority class) with the same protocol on the same texts and reports them in the same tables.
+"""
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from scipy import sparse
 
-from hf_tlaser.data.paths import get_data_dir
+from hf_tlaser.errors import UsageError
 
 from .classifier import ClassifierConfig, Split, TransferResult, zero_shot_transfer
 from .knn import Backend
+from .lexical import NAME as LEXICAL_NAME
+from .lexical import tfidf_char_embed
 from .plots import plot_embeddings, plot_heatmap, plot_training_curves, plot_transfer_matrix
-from .readers import CLASSIFICATION_SETS, LANGS, RETRIEVAL_SETS, ClassificationData, read_mldoc
-from .report import markdown_table, write_report
+from .readers import CLASSIFICATION_SETS, LANGS, RETRIEVAL_SETS, ClassificationData, corpus_folder, read_mldoc
+from .report import about_table, markdown_table, pair_table, summary_table, write_report
 from .retrieval import xsim_matrix
 
 Embed = Callable[[list[str]], np.ndarray]
 SUITES = ("retrieval", "sib200", "umsab", "mldoc")
+DOCUMENT_SETS = ("mldoc",)
+"""Classification sets whose texts are documents (embedded with the embedder's ``embed_documents``)."""
 
 
 @dataclass
@@ -67,12 +78,21 @@ class RetrievalResult:
         }
 
 
-def embed_texts(embed: Embed, texts: list[str]) -> np.ndarray:
-    """Call ``embed`` and check it returns one row per text."""
-    emb = np.asarray(embed(list(texts)), dtype=np.float32)
+def embed_texts(embed: Embed, texts: list[str], documents: bool = False) -> np.ndarray | sparse.csr_matrix:
+    """Call ``embed`` (``embed.embed_documents`` for ``documents`` when it has one); check one row per text.
+
+    Dense results come back as float32 numpy, sparse ones (TF-IDF) as CSR.
+    """
+    emb = (getattr(embed, "embed_documents", embed) if documents else embed)(list(texts))
+    emb = sparse.csr_matrix(emb, dtype=np.float32) if sparse.issparse(emb) else np.asarray(emb, dtype=np.float32)
     if emb.ndim != 2 or emb.shape[0] != len(texts):
         raise ValueError(f"embed returned shape {emb.shape} for {len(texts)} texts; expected (n, dim)")
     return emb
+
+
+def _split_rows(emb: np.ndarray | sparse.csr_matrix, sizes: Sequence[int]) -> list:
+    bounds = np.cumsum([0, *sizes])
+    return [emb[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
 
 
 def evaluate_retrieval(
@@ -84,13 +104,16 @@ def evaluate_retrieval(
     k: int = 4,
     backend: Backend = "auto",
 ) -> RetrievalResult:
-    """xsim matrices on multi-way sets; each set uses the languages of ``langs`` it has (TICO-19: en/es/fr)."""
+    """xsim matrices on multi-way sets; each set uses the languages of ``langs`` it has (TICO-19: en/es/fr).
+
+    ``embed`` is called once per set with the sentences of all its languages.
+    """
     unknown = [s for s in sets if s not in RETRIEVAL_SETS]
     if unknown:
-        raise ValueError(f"unknown retrieval set(s) {unknown}; valid: {', '.join(RETRIEVAL_SETS)}")
+        raise UsageError(f"unknown retrieval set(s) {unknown}; valid: {', '.join(RETRIEVAL_SETS)}")
     unknown = [lang for lang in langs if lang not in LANGS]
     if unknown:
-        raise ValueError(f"unknown language(s) {unknown}; valid: {', '.join(LANGS)}")
+        raise UsageError(f"unknown language(s) {unknown}; valid: {', '.join(LANGS)}")
     result = RetrievalResult(k=k)
     for name in sets:
         reader, available = RETRIEVAL_SETS[name]
@@ -98,7 +121,8 @@ def evaluate_retrieval(
         if len(here) < 2:
             continue
         texts = reader(data_dir, here)
-        embs = {lang: embed_texts(embed, lines) for lang, lines in texts.items()}
+        emb = embed_texts(embed, [t for lines in texts.values() for t in lines])
+        embs = dict(zip(texts, _split_rows(emb, [len(lines) for lines in texts.values()])))
         result.sizes[name] = len(texts[here[0]])
         result.matrices[name] = {m: xsim_matrix(embs, margin=m, k=k, backend=backend) for m in margins}
     return result
@@ -109,24 +133,34 @@ def read_classification(
 ) -> ClassificationData:
     """``sib200`` / ``umsab`` from the data folder, ``mldoc`` from ``<data_dir>/mldoc`` (not shipped)."""
     if dataset == "mldoc":
-        return read_mldoc(get_data_dir(data_dir) / "mldoc", langs)
+        return read_mldoc(corpus_folder(data_dir, "mldoc"), langs)
     if dataset not in CLASSIFICATION_SETS:
-        raise ValueError(f"unknown dataset {dataset!r}; valid: {', '.join([*CLASSIFICATION_SETS, 'mldoc'])}")
+        raise UsageError(f"unknown dataset {dataset!r}; valid: {', '.join([*CLASSIFICATION_SETS, 'mldoc'])}")
     return CLASSIFICATION_SETS[dataset](data_dir, langs)
 
 
-def embed_classification(embed: Embed, data: ClassificationData) -> tuple[dict[str, dict[str, Split]], list[str]]:
-    """Embed every split (one ``embed`` call per language); labels become indices into the returned names."""
+def embed_classification(
+    embed: Embed, data: ClassificationData, documents: bool = False
+) -> tuple[dict[str, dict[str, Split]], list[str]]:
+    """Embed every split of every language in one ``embed`` call; labels become indices into the returned names."""
     names = sorted({label for splits in data.values() for s in splits.values() for label in s.labels})
     index = {name: i for i, name in enumerate(names)}
+    splits = [(lang, split, part) for lang, by_split in data.items() for split, part in by_split.items()]
+    emb = embed_texts(embed, [t for _, _, part in splits for t in part.texts], documents)
     embedded: dict[str, dict[str, Split]] = {}
-    for lang, splits in data.items():
-        texts = [t for s in splits.values() for t in s.texts]
-        parts = np.split(embed_texts(embed, texts), np.cumsum([len(s) for s in splits.values()])[:-1])
-        embedded[lang] = {
-            split: (x, np.array([index[label] for label in s.labels])) for (split, s), x in zip(splits.items(), parts)
-        }
+    for (lang, split, part), x in zip(splits, _split_rows(emb, [len(part) for _, _, part in splits])):
+        embedded.setdefault(lang, {})[split] = (x, np.array([index[label] for label in part.labels]))
     return embedded, names
+
+
+def majority_rate(data: dict[str, dict[str, Split]]) -> float:
+    """Accuracy (%) of always answering the most frequent train label, averaged over (train, test) languages."""
+    rates = [
+        100.0 * np.mean(test["test"][1] == np.bincount(train["train"][1]).argmax())
+        for train in data.values()
+        for test in data.values()
+    ]
+    return float(np.mean(rates))
 
 
 def evaluate_classification(
@@ -139,8 +173,36 @@ def evaluate_classification(
     config: ClassifierConfig | None = None,
 ) -> TransferResult:
     """Zero-shot transfer matrix (MLDoc protocol) on ``sib200``, ``umsab`` or ``mldoc``."""
-    embedded, names = embed_classification(embed, read_classification(dataset, data_dir, langs))
+    data = read_classification(dataset, data_dir, langs)
+    embedded, names = embed_classification(embed, data, dataset in DOCUMENT_SETS)
     return zero_shot_transfer(embedded, train_langs, seeds=seeds, config=config, label_names=names)
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A reference row: ``embed_for(suite)`` gives the embedder used for that suite; ``label`` names the row in
+    tables and ``about`` says what it is."""
+
+    label: str
+    about: str
+    embed_for: Callable[[str], Embed]
+
+
+def lexical_reference(svd_dim: int = 512) -> Reference:
+    """``tfidf-char``: character 3-5-gram TF-IDF fit on each dataset's texts (sparse for retrieval, reduced to
+    ``svd_dim`` dimensions for classification), the score a model must beat to be worth its training."""
+
+    def sparse_tfidf(texts: list[str]) -> sparse.csr_matrix:
+        return tfidf_char_embed(texts, svd_dim=None, sparse=True)
+
+    def reduced(texts: list[str]) -> np.ndarray:
+        return tfidf_char_embed(texts, svd_dim=svd_dim)
+
+    return Reference(
+        f"{LEXICAL_NAME} (lexical reference)",
+        "character 3-5-gram TF-IDF, fit on the texts of each dataset: a lexical baseline, not a model",
+        lambda suite: sparse_tfidf if suite == "retrieval" else reduced,
+    )
 
 
 def run_suite(
@@ -155,25 +217,36 @@ def run_suite(
     projection: str | None = "tsne",
     trainer_state: str | os.PathLike | None = None,
     title: str = "hf_tlaser evaluation",
+    references: Mapping[str, Reference] | None = None,
+    about: Mapping[str, object] | None = None,
 ) -> dict:
     """Run suites, write ``report.md``, ``results.json`` and PNG plots to ``output_dir``; return the results.
 
-    ``suites``: any of ``retrieval``, ``sib200``, ``umsab``, ``mldoc``. ``projection`` (``tsne``/``pca``/None)
-    plots the test embeddings of each classification set by language and class. ``trainer_state`` adds
-    training curves from a Trainer ``trainer_state.json``.
+    ``suites``: any of ``retrieval``, ``sib200``, ``umsab``, ``mldoc``. ``references`` (name -> :class:`Reference`)
+    are evaluated on the same texts with the same protocol and reported next to ``embed`` (``results["references"]``);
+    classification results also carry the majority-class rate. ``about`` (what was evaluated: path, model,
+    precision...) heads the report and is stored as ``results["evaluated"]`` (its ``label`` names the main row).
+    ``projection`` (``tsne``/``pca``/None) plots the test embeddings of each classification set by language and
+    class. ``trainer_state`` adds training curves from a Trainer ``trainer_state.json``.
     """
     unknown = [s for s in suites if s not in SUITES]
     if unknown:
-        raise ValueError(f"unknown suite(s) {unknown}; valid: {', '.join(SUITES)}")
+        raise UsageError(f"unknown suite(s) {unknown}; valid: {', '.join(SUITES)}")
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    sections: list[tuple[str, object]] = []
-    results: dict = {}
+    references = dict(references or {})
+    results: dict = {"evaluated": dict(about or {})}
+    ref_results: dict[str, dict] = {name: {} for name in references}
+    transfers: dict[str, TransferResult] = {}
+    plots: list[tuple[str, Path]] = []
     for suite in suites:
         if suite == "retrieval":
             retrieval = evaluate_retrieval(embed, data_dir, retrieval_sets, langs)
             results[suite] = retrieval.to_dict()
-            sections.append(("Retrieval (xsim)", retrieval))
+            for name, reference in references.items():
+                ref_results[name][suite] = evaluate_retrieval(
+                    reference.embed_for(suite), data_dir, retrieval_sets, langs
+                ).to_dict()
             for name, by_margin in retrieval.matrices.items():
                 for margin, (set_langs, matrix) in by_margin.items():
                     png = plot_heatmap(
@@ -186,21 +259,49 @@ def run_suite(
                         "query",
                         "viridis_r",
                     )
-                    sections.append((f"{name} xsim ({margin})", png))
+                    plots.append((f"{name} xsim ({margin})", png))
             continue
-        embedded, names = embed_classification(embed, read_classification(suite, data_dir, langs))
-        transfer = zero_shot_transfer(embedded, seeds=seeds, config=config, label_names=names)
-        results[suite] = transfer.to_dict()
-        sections.append((f"{suite} zero-shot transfer accuracy (%)", transfer))
-        sections.append((f"{suite} transfer matrix", plot_transfer_matrix(transfer, out / f"transfer_{suite}.png")))
+        data = read_classification(suite, data_dir, langs)
+        documents = suite in DOCUMENT_SETS
+        embedded, names = embed_classification(embed, data, documents)
+        transfer = transfers[suite] = zero_shot_transfer(embedded, seeds=seeds, config=config, label_names=names)
+        majority = majority_rate(embedded)
+        results[suite] = {**transfer.to_dict(), "majority_class": majority}
+        for name, reference in references.items():
+            ref_embedded, _ = embed_classification(reference.embed_for(suite), data, documents)
+            ref_transfer = zero_shot_transfer(ref_embedded, seeds=seeds, config=config, label_names=names)
+            ref_results[name][suite] = ref_transfer.to_dict()
+        png = plot_transfer_matrix(transfer, out / f"transfer_{suite}.png", majority=majority)
+        plots.append((f"{suite} transfer matrix", png))
         if projection is not None:
             emb = np.concatenate([embedded[lang]["test"][0] for lang in embedded])
             lang_tags = [lang for lang in embedded for _ in embedded[lang]["test"][1]]
             classes = [names[i] for lang in embedded for i in embedded[lang]["test"][1]]
             png = plot_embeddings(emb, lang_tags, out / f"embeddings_{suite}.png", classes, projection, suite)
-            sections.append((f"{suite} test embeddings", png))
+            plots.append((f"{suite} test embeddings", png))
+    if references:
+        results["references"] = {
+            name: {"label": reference.label, "about": reference.about, **ref_results[name]}
+            for name, reference in references.items()
+        }
     if trainer_state is not None:
-        sections.append(("Training curves", plot_training_curves(trainer_state, out / "training_curves.png")))
+        plots.append(("Training curves", plot_training_curves(trainer_state, out / "training_curves.png")))
     (out / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
-    write_report(out / "report.md", title, sections)
+    write_report(out / "report.md", title, _report_sections(results, transfers, plots))
     return results
+
+
+def _report_sections(
+    results: dict, transfers: dict[str, TransferResult], plots: list[tuple[str, Path]]
+) -> list[tuple[str, object]]:
+    """What was evaluated, one table of every row (model and references), per-pair retrieval tables, the model's
+    transfer matrices, then the plots."""
+    sections: list[tuple[str, object]] = [("Evaluated", about_table(results["evaluated"]))]
+    sections.append(("Results", summary_table(results)))
+    for name, by_margin in ((results.get("retrieval") or {}).get("matrices") or {}).items():
+        for margin in by_margin:
+            heading = f"{name}: xsim error % per language pair ({margin} margin)"
+            sections.append((heading, pair_table(results, name, margin)))
+    label = results["evaluated"].get("label", "model")
+    sections += [(f"{suite}: zero-shot transfer accuracy % ({label})", t) for suite, t in transfers.items()]
+    return sections + plots

@@ -5,25 +5,38 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .push import MissingTokenError, push_to_hub
+from hf_tlaser.errors import UsageError
+
+from .push import push_to_hub
+
+DESCRIPTION = (
+    "Publish a trained model folder on the Hugging Face Hub: weights, model code, tokenizer, sentence-transformers "
+    "files and a model card with the latest `hf-tlaser evaluate` results (MODEL_DIR/eval/results.json). The "
+    "repository is created when missing; a generated card is rewritten on every push, a card you wrote is kept."
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="hf-tlaser push", description=__doc__.split("\n")[0].strip("`"))
-    p.add_argument("model_dir", help="folder written by `hf-tlaser train` (save_pretrained + tokenizer)")
-    p.add_argument("repo_id", help="namespace/name of the model repository (created when missing)")
+    """The ``hf-tlaser push`` argument parser."""
+    p = argparse.ArgumentParser(prog="hf-tlaser push", description=DESCRIPTION)
+    p.add_argument("model_dir", help="folder written by hf-tlaser train (config.json, weights, tokenizer)")
+    p.add_argument("repo_id", help="NAMESPACE/NAME of the model repository, e.g. my-org/ct-laser-tiny")
     p.add_argument("--private", action="store_true", help="create the repository as private")
-    p.add_argument("--revision", default=None, help="branch to commit to (default: main)")
-    p.add_argument("--token", default=None, help="Hub token (default: HF_TOKEN or the cached login)")
-    p.add_argument("--commit-message", default=None)
+    p.add_argument("--revision", help="branch to commit to, created when missing (default: main)")
+    p.add_argument("--token", help="Hub token (default: HF_TOKEN, else the cached hf auth login)")
+    p.add_argument("--commit-message", help="commit message (default: 'Upload <folder name> with hf_tlaser')")
     p.add_argument("--normalize", action="store_true", help="sentence-transformers output: unit-length vectors")
-    p.add_argument("--results", default=None, help="evaluation results.json for the card (default: MODEL_DIR's)")
-    p.add_argument("--endpoint", default=None, help="Hub URL (default: HF_ENDPOINT or huggingface.co)")
+    p.add_argument(
+        "--results",
+        help="evaluation results.json for the card (default: the newer of MODEL_DIR/eval/results.json and "
+        "MODEL_DIR/results.json)",
+    )
+    p.add_argument("--endpoint", help="Hub URL (default: HF_ENDPOINT or https://huggingface.co)")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run ``hf-tlaser push``; returns the exit status (1 without a token, before any upload)."""
+    """Run ``hf-tlaser push``: 0 on success, 2 with one line on stderr for a usage mistake (nothing uploaded)."""
     args = build_parser().parse_args(argv)
     try:
         info = push_to_hub(
@@ -37,9 +50,9 @@ def main(argv: list[str] | None = None) -> int:
             results=args.results,
             endpoint=args.endpoint,
         )
-    except MissingTokenError as err:
-        print(f"hf-tlaser push: {err}", file=sys.stderr)
-        return 1
+    except UsageError as error:
+        print(f"hf-tlaser push: error: {error}", file=sys.stderr)
+        return 2
     print(f"pushed {args.model_dir} to {args.repo_id}: {info.commit_url}")
     return 0
 

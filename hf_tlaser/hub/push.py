@@ -2,20 +2,64 @@
 
 from __future__ import annotations
 
+import importlib
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
-from huggingface_hub import CommitInfo, HfApi, get_token
+from huggingface_hub import CommitInfo, HfApi, constants, get_token
+from huggingface_hub.errors import HfHubHTTPError, HFValidationError
+from huggingface_hub.utils import validate_repo_id
+
+from hf_tlaser.errors import UsageError
+from hf_tlaser.evaluation.provenance import check_model_folder
 
 from .model_card import write_model_card
 from .st_layout import add_sentence_transformers_files, has_sentence_transformers_files
+
+T = TypeVar("T")
 
 # training by-products that do not belong in a model repository
 IGNORE_PATTERNS = ["checkpoint-*", "checkpoint-*/**", "runs/**", "*.pt", "*.pth", "training_args.bin", ".*"]
 
 
-class MissingTokenError(RuntimeError):
+class MissingTokenError(UsageError):
     """No Hugging Face token: nothing was uploaded."""
+
+
+def check_repo_id(repo_id: str) -> None:
+    """Raise ``UsageError`` unless ``repo_id`` is a valid ``NAMESPACE/NAME`` model repository id."""
+    example = "use NAMESPACE/NAME (your user or organisation, then the model name), e.g. my-org/ct-laser-tiny"
+    if repo_id.count("/") != 1:
+        raise UsageError(f"REPO_ID {repo_id!r} is not a repository id: {example}")
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as error:
+        raise UsageError(f"REPO_ID {repo_id!r} is not valid: {str(error).splitlines()[0]}") from error
+
+
+def _network_errors() -> tuple[type[BaseException], ...]:
+    """Connection errors of the HTTP client of the installed huggingface_hub (requests: OSError; httpx/httpx2)."""
+    errors: list[type[BaseException]] = [OSError]
+    for module in ("httpx2", "httpx"):
+        try:
+            errors.append(importlib.import_module(module).TransportError)
+        except ImportError:
+            continue
+    return tuple(errors)
+
+
+def _hub_call(endpoint: str, call: Callable[[], T]) -> T:
+    """Run a Hub request; an unreachable endpoint or an HTTP error becomes a one-line ``UsageError``."""
+    try:
+        return call()
+    except HfHubHTTPError as error:
+        raise UsageError(f"the Hub at {endpoint} refused the request: {str(error).splitlines()[0]}") from error
+    except _network_errors() as error:
+        raise UsageError(
+            f"cannot reach the Hub at {endpoint} ({error}); check --endpoint / HF_ENDPOINT and the network"
+        ) from error
 
 
 def resolve_token(token: str | None = None) -> str:
@@ -55,21 +99,29 @@ def push_to_hub(
 ) -> CommitInfo:
     """Create ``repo_id`` if needed (an existing repository is updated) and upload ``model_dir`` in one commit.
 
-    The token is checked before anything is written or sent. ``revision`` names the branch to commit to (created
-    from the default branch when missing). ``endpoint`` defaults to ``HF_ENDPOINT`` / huggingface.co.
+    The repository id, the folder and the token are checked, and the repository is created, before anything is
+    written into the folder (``UsageError`` otherwise). The generated model card is rewritten on every push with the
+    latest evaluation (a card the user wrote is kept). ``revision`` names the branch to commit to (created from the
+    default branch when missing). ``endpoint`` defaults to ``HF_ENDPOINT`` / huggingface.co.
     """
+    check_repo_id(repo_id)
     folder = Path(model_dir)
-    if not (folder / "config.json").is_file():
-        raise FileNotFoundError(f"{folder} is not a saved model folder (no config.json)")
+    check_model_folder(folder)
+    if results is not None and not Path(results).is_file():
+        raise UsageError(f"--results {str(results)!r} does not exist; pass a results.json of `hf-tlaser evaluate`")
     api = HfApi(endpoint=endpoint, token=resolve_token(token))
-    prepare_folder(folder, repo_id=repo_id, normalize=normalize, results=results)
-    api.create_repo(repo_id, private=private, exist_ok=True)
+    url = endpoint or constants.ENDPOINT
+    _hub_call(url, lambda: api.create_repo(repo_id, private=private, exist_ok=True))
     if revision is not None:
-        api.create_branch(repo_id, branch=revision, exist_ok=True)
-    return api.upload_folder(
-        repo_id=repo_id,
-        folder_path=folder,
-        revision=revision,
-        commit_message=commit_message or f"Upload {folder.name} with hf_tlaser",
-        ignore_patterns=IGNORE_PATTERNS,
+        _hub_call(url, lambda: api.create_branch(repo_id, branch=revision, exist_ok=True))
+    prepare_folder(folder, repo_id=repo_id, normalize=normalize, results=results)
+    return _hub_call(
+        url,
+        lambda: api.upload_folder(
+            repo_id=repo_id,
+            folder_path=folder,
+            revision=revision,
+            commit_message=commit_message or f"Upload {folder.name} with hf_tlaser",
+            ignore_patterns=IGNORE_PATTERNS,
+        ),
     )

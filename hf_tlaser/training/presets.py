@@ -68,10 +68,13 @@ _TLASER_SIZES = {
         decoder_attention_heads=8,
         decoder_ffn_dim=2048,
         dropout=0.1,
+        init_style="fairseq",  # at d=512 N(0, 0.02) is 2.2x below xavier scale
     ),
-    # measured on 2 CPU cores (docs/results.md): as wide as a few minutes allow; the alignment loss is on because
-    # translation alone left the sentence vectors collapsed (mean cosine ~0.97) at this budget
+    # measured on 2 CPU cores (docs/learning_curves.md): as wide as a few minutes allow; fairseq's scale-aware init
+    # (N(0, 0.02) left the position-0 vectors collapsed); the alignment loss is on because translation alone left
+    # the sentence vectors collapsed (mean cosine ~0.97) at this budget
     "tiny": dict(
+        init_style="fairseq",
         hidden_size=192,
         num_hidden_layers=3,
         num_attention_heads=4,
@@ -92,7 +95,7 @@ _RECIPES = {
     "small": Recipe(vocab_size=32000, max_tokens=4000, update_tokens=32000, learning_rate=7e-4, warmup_updates=2000),
     "tiny": Recipe(
         vocab_size=8000,
-        max_tokens=2000,
+        max_tokens=4000,  # one micro-batch per update: ~180 pairs, the in-batch negatives of the alignment loss
         update_tokens=4000,
         learning_rate=2e-3,
         warmup_updates=100,

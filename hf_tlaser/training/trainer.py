@@ -3,35 +3,46 @@ inverse-sqrt schedule, loss parts and tokens/s in the logs, and a wall-clock bud
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 
 import torch
+from accelerate.data_loader import prepare_data_loader
 from torch.optim.lr_scheduler import LambdaLR
 from torch.utils.data import DataLoader, Sampler
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-# per-micro-batch model outputs averaged into each log line (collapse signals of cT-LASER included)
-MEAN_PARTS = ("loss_align", "d_p", "d_n", "hinge", "v_norm", "mean_cosine")
+logger = logging.getLogger(__name__)
+
+# per-micro-batch model outputs put into each log line: MEAN parts are averaged over the micro-batches that have
+# them (collapse signals of cT-LASER included), SUM parts are divided by the target tokens, COUNT parts are summed
+MEAN_PARTS = ("loss_align", "d_p", "d_n", "hinge", "v_norm", "mean_cosine", "centered_cosine")
 SUM_PARTS = ("loss_mt", "loss_distance")
+COUNT_PARTS = ("skipped_pair_losses",)
 
 
 def inverse_sqrt_schedule(optimizer: torch.optim.Optimizer, warmup_updates: int, warmup_init_lr: float) -> LambdaLR:
     """fairseq ``inverse_sqrt``: linear warm-up from ``warmup_init_lr`` to the peak lr over ``warmup_updates``, then
-    ``lr * sqrt(warmup_updates / update)``."""
+    ``lr * sqrt(warmup_updates / update)``.
+
+    ``warmup_updates=0`` means no warm-up: the peak lr at the first update, then ``lr / sqrt(update)`` (fairseq's
+    formula with a warm-up of one update; fairseq itself would keep the lr at 0).
+    """
     peak = optimizer.param_groups[0]["lr"]
     start = min(warmup_init_lr / peak, 1.0)
+    decay_from = max(warmup_updates, 1)
 
     def factor(step: int) -> float:
         if step < warmup_updates:
             return start + (1.0 - start) * step / warmup_updates
-        return math.sqrt(warmup_updates / max(step, 1))
+        return math.sqrt(decay_from / max(step, 1))
 
     return LambdaLR(optimizer, factor)
 
 
 class TimeBudgetCallback(TrainerCallback):
-    """Stop (and save) once ``max_minutes`` of training have passed."""
+    """Safety stop: stop (and save) once ``max_minutes`` of training have passed, saying after how many updates."""
 
     def __init__(self, max_minutes: float):
         self.max_seconds = max_minutes * 60
@@ -41,10 +52,64 @@ class TimeBudgetCallback(TrainerCallback):
         self.start = time.monotonic()
 
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs):
-        if time.monotonic() - self.start > self.max_seconds:
+        if time.monotonic() - self.start > self.max_seconds and state.global_step < state.max_steps:
             control.should_training_stop = True
             control.should_save = True
+            logger.warning(
+                "stopped by --max-minutes after %d of %d updates (%.1f minutes)",
+                state.global_step,
+                state.max_steps,
+                self.max_seconds / 60,
+            )
         return control
+
+
+class LogParts:
+    """Model outputs of the micro-batches since the last training log, kept as detached tensors (no device sync per
+    micro-batch); a part absent from some micro-batches is averaged over those that had it."""
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self.steps = self.pairs = 0
+        self.tokens: torch.Tensor | int = 0
+        self.sums: dict[str, torch.Tensor] = {}
+        self.counts: dict[str, int] = {}
+
+    def __bool__(self) -> bool:
+        return self.steps > 0
+
+    def add(self, outputs) -> None:
+        """Record one micro-batch's ``num_tokens``, translation pairs (sentence embeddings) and the parts it has."""
+        self.steps += 1
+        self.tokens = self.tokens + outputs.num_tokens.detach()
+        self.pairs += outputs.sentence_embedding.shape[0]
+        for name in MEAN_PARTS + SUM_PARTS + COUNT_PARTS:
+            value = getattr(outputs, name, None)
+            if value is not None:
+                self.sums[name] = self.sums.get(name, 0.0) + value.detach().float()
+                self.counts[name] = self.counts.get(name, 0) + 1
+
+    def flush(self, seconds: float) -> dict[str, float]:
+        """The log entries of the window (``{}`` if empty): SUM parts per target token, MEAN parts averaged, COUNT
+        parts summed, this process's translation ``pairs`` and target tokens per second over ``seconds``; then start
+        a new window."""
+        if not self.steps:
+            return {}
+        tokens = float(self.tokens)
+        logs: dict[str, float] = {}
+        for name, total in self.sums.items():
+            if name in SUM_PARTS:
+                logs[f"{name}_per_token"] = round(float(total) / max(tokens, 1.0), 4)
+            elif name in MEAN_PARTS:
+                logs[name] = round(float(total) / self.counts[name], 4)
+            else:
+                logs[name] = int(total)
+        logs["tokens_per_second"] = round(tokens / max(seconds, 1e-9), 1)
+        logs["pairs"] = self.pairs
+        self._reset()
+        return logs
 
 
 class LaserTrainer(Trainer):
@@ -65,12 +130,17 @@ class LaserTrainer(Trainer):
         super().__init__(*args, **kwargs)
         self.batch_sampler = batch_sampler
         self.warmup_init_lr = warmup_init_lr
-        self._parts: dict[str, float] = {}
-        self._part_steps = 0
-        self._tokens = 0
+        self._parts = LogParts()
         self._last_log_time = time.monotonic()
 
     def get_train_dataloader(self) -> DataLoader:
+        """The curriculum sampler's micro-batches, on this process's device.
+
+        The sampler is already rank-aware, so the loader is prepared as for one process: accelerate adds no sharding
+        wrapper, and the Trainer's ``set_epoch`` and its resume skip (``skip_first_batches``) act on the sampler
+        itself. Behind a sharding wrapper ``set_epoch`` got lost on resume and a DDP run resumed past epoch 0
+        replayed epoch 0.
+        """
         loader = DataLoader(
             self.train_dataset,
             batch_sampler=self.batch_sampler,
@@ -78,12 +148,20 @@ class LaserTrainer(Trainer):
             num_workers=self.args.dataloader_num_workers,
             pin_memory=self.args.dataloader_pin_memory,
         )
-        prepared = self.accelerator.prepare(loader)
-        # the sampler is already rank-aware: make accelerate's sharding wrapper a passthrough
-        shard = getattr(prepared, "batch_sampler", None)
-        if shard is not None and getattr(shard, "batch_sampler", None) is self.batch_sampler:
-            shard.num_processes, shard.process_index = 1, 0
-        return prepared
+        return prepare_data_loader(
+            loader,
+            self.accelerator.device,
+            num_processes=1,
+            process_index=0,
+            put_on_device=self.accelerator.device_placement,
+            rng_types=self.accelerator.rng_types.copy(),
+            non_blocking=self.accelerator.non_blocking,
+        )
+
+    def _run_epoch(self, *args, **kwargs):
+        # the epoch goes to the sampler itself, whatever wraps it (the resume skip, accelerate's loaders)
+        self.batch_sampler.set_epoch(kwargs["epoch"])
+        return super()._run_epoch(*args, **kwargs)
 
     def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None):
         if self.lr_scheduler is None:
@@ -93,33 +171,18 @@ class LaserTrainer(Trainer):
         return self.lr_scheduler
 
     def compute_loss(self, model, inputs, return_outputs: bool = False, num_items_in_batch=None):
-        if model.training and not self._part_steps:
+        if model.training and not self._parts:
             self._last_log_time = time.monotonic()  # tokens/s counts from the first micro-batch after a log
         loss, outputs = super().compute_loss(model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch)
         if model.training:
-            self._record(outputs)
+            self._parts.add(outputs)
         return (loss, outputs) if return_outputs else loss
 
-    def _record(self, outputs) -> None:
-        """Accumulate detached tensors (no device sync per micro-batch); they become floats at log time."""
-        self._tokens = self._tokens + outputs.num_tokens.detach()
-        self._part_steps += 1
-        for name in MEAN_PARTS + SUM_PARTS:
-            value = getattr(outputs, name, None)
-            if value is not None:
-                self._parts[name] = self._parts.get(name, 0.0) + value.detach().float()
-
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        """Add loss parts (per target token), collapse signals and target tokens/s to each training log."""
-        if "loss" in logs and self._part_steps:
+        """Add loss parts (per target token), collapse signals, skipped pair losses, translation pairs and target
+        tokens/s to each training log."""
+        if "loss" in logs and self._parts:
             now = time.monotonic()
-            tokens = max(float(self._tokens), 1.0)
-            for name in SUM_PARTS:
-                if name in self._parts:
-                    logs[f"{name}_per_token"] = round(float(self._parts[name]) / tokens, 4)
-            for name in MEAN_PARTS:
-                if name in self._parts:
-                    logs[name] = round(float(self._parts[name]) / self._part_steps, 4)
-            logs["tokens_per_second"] = round(float(self._tokens) / max(now - self._last_log_time, 1e-9), 1)
-            self._parts, self._part_steps, self._tokens, self._last_log_time = {}, 0, 0, now
+            logs.update(self._parts.flush(now - self._last_log_time))
+            self._last_log_time = now
         super().log(logs, start_time)

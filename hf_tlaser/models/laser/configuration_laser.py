@@ -6,6 +6,7 @@ from __future__ import annotations
 from transformers import PretrainedConfig
 
 DISTANCES = ("l2", "squared_l2")
+INIT_STYLES = ("fairseq", "bert")
 
 
 class LaserConfig(PretrainedConfig):
@@ -27,8 +28,11 @@ class LaserConfig(PretrainedConfig):
         decoder_layers (`int`, 1): decoder LSTM layers.
         max_position_embeddings (`int`, 2048): longest accepted input (tokens incl. STR_TAG and `</s>`). An LSTM
             has no position table; this is only the length limit ``encode`` and ``forward`` enforce.
-        initializer_range (`float`, 0.02): std of the N(0, std) initialisation of linear and embedding weights
-            (LSTM weights use uniform(-0.1, 0.1) as fairseq).
+        init_style (`str`, "fairseq"): weight initialisation. "fairseq" is fairseq-laser's (``fairseq.models.lstm``
+            ``Embedding``, ``Linear`` and ``LSTM`` helpers): every embedding, linear and LSTM weight and bias
+            uniform(-0.1, 0.1), pad rows zero. "bert" draws linear and embedding weights from
+            N(0, initializer_range) with zero biases and pad rows (LSTM parameters stay uniform(-0.1, 0.1)).
+        initializer_range (`float`, 0.02): std of the N(0, std) initialisation of ``init_style="bert"``.
         languages (`list[str]`, ["de", "en", "es", "fr", "it"]): languages the decoder can be asked to produce;
             `tgt_lang` indexes this list.
         lang_embed_dim (`int`, 32): size of the target-language embedding fed to the decoder at every step.
@@ -66,6 +70,7 @@ class LaserConfig(PretrainedConfig):
         decoder_hidden_size: int = 2048,
         decoder_layers: int = 1,
         max_position_embeddings: int = 2048,
+        init_style: str = "fairseq",
         initializer_range: float = 0.02,
         languages: list[str] | tuple[str, ...] = ("de", "en", "es", "fr", "it"),
         lang_embed_dim: int = 32,
@@ -97,6 +102,7 @@ class LaserConfig(PretrainedConfig):
         self.decoder_hidden_size = decoder_hidden_size
         self.decoder_layers = decoder_layers
         self.max_position_embeddings = max_position_embeddings
+        self.init_style = init_style
         self.initializer_range = initializer_range
         self.languages = list(languages)
         self.lang_embed_dim = lang_embed_dim
@@ -165,6 +171,8 @@ class LaserConfig(PretrainedConfig):
                 raise ValueError(f"LaserConfig: {name}={getattr(self, name)} must be >= 0")
         if self.distance_lambda is not None and self.distance_lambda < 0:
             raise ValueError(f"LaserConfig: distance_lambda={self.distance_lambda} must be >= 0 or None")
+        if self.init_style not in INIT_STYLES:
+            raise ValueError(f"LaserConfig: init_style={self.init_style!r}; expected one of {INIT_STYLES}")
         if self.distance not in DISTANCES:
             raise ValueError(f"LaserConfig: distance={self.distance!r}; expected one of {DISTANCES}")
         if not self.languages or len(set(self.languages)) != len(self.languages):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 from transformers import PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 
@@ -27,6 +27,35 @@ except ImportError:  # pragma: no cover
     from torch.nn import init
 
 
+def _cpu_autocast_lacks_lstm() -> bool:
+    """True under CPU autocast to a dtype this CPU's oneDNN has no LSTM kernel for (bf16 without native bf16, fp16
+    without AVX512-FP16/AMX-FP16): there ``nn.LSTM`` raises "could not create a primitive descriptor"."""
+    if not torch.is_autocast_enabled("cpu"):
+        return False
+    dtype = torch.get_autocast_dtype("cpu")
+    check = {torch.bfloat16: "_is_mkldnn_bf16_supported", torch.float16: "_is_mkldnn_fp16_supported"}.get(dtype)
+    if check is None:
+        return False
+    try:
+        return not getattr(torch.ops.mkldnn, check)()
+    except (AttributeError, RuntimeError):  # a torch build without oneDNN: stay on the safe side
+        return True
+
+
+def run_lstm(
+    lstm: nn.LSTM, inputs: torch.Tensor | PackedSequence, state: tuple[torch.Tensor, torch.Tensor] | None = None
+) -> tuple[torch.Tensor | PackedSequence, tuple[torch.Tensor, torch.Tensor]]:
+    """``lstm(inputs, state)``, in fp32 with autocast off where the CPU cannot run it in the autocast dtype.
+
+    ``inputs`` is a tensor or a ``PackedSequence``; the outputs are then fp32 (the ops after the LSTM autocast
+    again). On CUDA and on CPUs with native bf16 the LSTM runs under autocast as usual.
+    """
+    if inputs.data.device.type != "cpu" or not _cpu_autocast_lacks_lstm():
+        return lstm(inputs, state)
+    with torch.autocast("cpu", enabled=False):
+        return lstm(inputs.float(), None if state is None else tuple(s.float() for s in state))
+
+
 class LaserPreTrainedModel(PreTrainedModel):
     config_class = LaserConfig
     config: LaserConfig
@@ -35,20 +64,26 @@ class LaserPreTrainedModel(PreTrainedModel):
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
-        """N(0, initializer_range) for linear and embedding weights (zero biases and pad row); every LSTM weight and
-        bias uniform(-0.1, 0.1) as fairseq's LSTM models."""
-        std = self.config.initializer_range
-        if isinstance(module, nn.Linear):
-            init.normal_(module.weight, mean=0.0, std=std)
-            if module.bias is not None:
-                init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):
-            init.normal_(module.weight, mean=0.0, std=std)
-            if module.padding_idx is not None:
-                init.zeros_(module.weight[module.padding_idx])
-        elif isinstance(module, nn.LSTM):
+        """``config.init_style``: "fairseq" (fairseq's LSTM models: every embedding, linear and LSTM weight and bias
+        uniform(-0.1, 0.1), pad row zero) or "bert" (N(0, initializer_range) linear and embedding weights, zero
+        biases and pad row; LSTM parameters uniform(-0.1, 0.1) as fairseq)."""
+        if isinstance(module, nn.LSTM):
             for param in module.parameters(recurse=False):
                 init.uniform_(param, -0.1, 0.1)
+            return
+        if not isinstance(module, (nn.Linear, nn.Embedding)):
+            return
+        bias = getattr(module, "bias", None)
+        if self.config.init_style == "fairseq":
+            init.uniform_(module.weight, -0.1, 0.1)
+            if bias is not None:
+                init.uniform_(bias, -0.1, 0.1)
+        else:
+            init.normal_(module.weight, mean=0.0, std=self.config.initializer_range)
+            if bias is not None:
+                init.zeros_(bias)
+        if getattr(module, "padding_idx", None) is not None:
+            init.zeros_(module.weight[module.padding_idx])
 
 
 class LaserModel(SentenceEncoderMixin, LaserPreTrainedModel):
@@ -123,7 +158,7 @@ class LaserModel(SentenceEncoderMixin, LaserPreTrainedModel):
 
         embedded = self.dropout(self.embed_tokens(input_ids))
         packed = pack_padded_sequence(embedded, lengths.cpu(), batch_first=True, enforce_sorted=False)
-        packed_out, _ = self.lstm(packed)
+        packed_out, _ = run_lstm(self.lstm, packed)
         hidden, _ = pad_packed_sequence(packed_out, batch_first=True, total_length=seq_len)
         hidden = self.dropout(hidden)
         pooled = hidden.masked_fill(~mask[..., None], float("-inf")).amax(dim=1)
@@ -177,7 +212,7 @@ class LaserDecoder(nn.Module):
         lang = self.embed_langs(tgt_lang)[:, None].expand(-1, length, -1).to(tokens.dtype)
         inputs = self.dropout(torch.cat([tokens, lang], dim=-1))
         sentence = sentence_embedding[:, None].expand(-1, length, -1).to(inputs.dtype)
-        output, _ = self.lstm(torch.cat([inputs, sentence], dim=-1), self.initial_state(sentence_embedding))
+        output, _ = run_lstm(self.lstm, torch.cat([inputs, sentence], dim=-1), self.initial_state(sentence_embedding))
         return self.dropout(output)
 
 

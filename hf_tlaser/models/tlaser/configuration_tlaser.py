@@ -6,6 +6,7 @@ from transformers import PretrainedConfig
 
 DECODER_LANG_MODES = ("memory", "input")
 DISTANCES = ("l2", "squared_l2")
+INIT_STYLES = ("bert", "fairseq")
 
 
 class TLaserConfig(PretrainedConfig):
@@ -26,7 +27,12 @@ class TLaserConfig(PretrainedConfig):
             document must fit.
         scale_embedding (`bool`, True): multiply token embeddings by sqrt(hidden_size).
         layer_norm_eps (`float`, 1e-5): LayerNorm epsilon (pre-LN blocks plus a final LayerNorm).
-        initializer_range (`float`, 0.02): std of the BERT-style N(0, std) initialisation.
+        init_style (`str`, "bert"): weight initialisation. "bert" (the authors' script, ``--init-mod BERT``): every
+            linear and embedding weight N(0, initializer_range), which is close to fairseq's scale at d=1024 but
+            2.5-3.6x too small for narrow models. "fairseq" (fairseq's transformer): xavier-uniform linears with gain
+            1/sqrt(2) on the self-attention q/k/v projections, embeddings and the output projection N(0, d^-0.5);
+            scale-aware, and what the small presets use.
+        initializer_range (`float`, 0.02): std of the "bert" initialisation.
         decoder_layers (`int`, 1): decoder layers (the paper uses one).
         decoder_attention_heads (`int`, 16): decoder attention heads.
         decoder_ffn_dim (`int`, 4096): decoder FFN width.
@@ -71,6 +77,7 @@ class TLaserConfig(PretrainedConfig):
         max_position_embeddings: int = 2048,
         scale_embedding: bool = True,
         layer_norm_eps: float = 1e-5,
+        init_style: str = "bert",
         initializer_range: float = 0.02,
         decoder_layers: int = 1,
         decoder_attention_heads: int = 16,
@@ -109,6 +116,7 @@ class TLaserConfig(PretrainedConfig):
         self.max_position_embeddings = max_position_embeddings
         self.scale_embedding = scale_embedding
         self.layer_norm_eps = layer_norm_eps
+        self.init_style = init_style
         self.initializer_range = initializer_range
         self.decoder_layers = decoder_layers
         self.decoder_attention_heads = decoder_attention_heads
@@ -149,6 +157,8 @@ class TLaserConfig(PretrainedConfig):
             raise ValueError(
                 f"TLaserConfig: decoder_lang_mode={self.decoder_lang_mode!r}; expected one of {DECODER_LANG_MODES}"
             )
+        if self.init_style not in INIT_STYLES:
+            raise ValueError(f"TLaserConfig: init_style={self.init_style!r}; expected one of {INIT_STYLES}")
         if self.distance not in DISTANCES:
             raise ValueError(f"TLaserConfig: distance={self.distance!r}; expected one of {DISTANCES}")
         if not self.languages or len(set(self.languages)) != len(self.languages):

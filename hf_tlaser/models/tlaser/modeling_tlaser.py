@@ -60,6 +60,9 @@ class TLaserAttention(nn.Module):
         self.k_proj = nn.Linear(kv_dim, embed_dim)
         self.v_proj = nn.Linear(kv_dim, embed_dim)
         self.out_proj = nn.Linear(embed_dim, embed_dim)
+        if kv_dim == embed_dim:  # fairseq MultiheadAttention (qkv_same_dim): q/k/v xavier gain 1/sqrt(2)
+            for proj in (self.q_proj, self.k_proj, self.v_proj):
+                proj.xavier_gain = 2**-0.5
 
     def forward(
         self,
@@ -127,14 +130,25 @@ class TLaserPreTrainedModel(PreTrainedModel):
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
-        """BERT-style init: N(0, initializer_range) for linear and embedding weights, zero biases and pad row."""
+        """``config.init_style``: "bert" = N(0, initializer_range) for every linear and embedding weight; "fairseq" =
+        fairseq's transformer init: xavier-uniform linears (gain ``module.xavier_gain``, 1/sqrt(2) on the q/k/v of
+        same-width attention), embeddings and the output projection (``module.embedding_init``) N(0, d^-0.5).
+        Zero biases and pad rows, unit LayerNorms. Only leaf modules are visited (transformers skips parameter-less
+        parents of remote-code models), hence the attributes on the linears.
+        """
+        fairseq = self.config.init_style == "fairseq"
         std = self.config.initializer_range
         if isinstance(module, nn.Linear):
-            init.normal_(module.weight, mean=0.0, std=std)
+            if not fairseq:
+                init.normal_(module.weight, mean=0.0, std=std)
+            elif getattr(module, "embedding_init", False):
+                init.normal_(module.weight, mean=0.0, std=module.in_features**-0.5)
+            else:
+                init.xavier_uniform_(module.weight, gain=getattr(module, "xavier_gain", 1.0))
             if module.bias is not None:
                 init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
-            init.normal_(module.weight, mean=0.0, std=std)
+            init.normal_(module.weight, mean=0.0, std=module.embedding_dim**-0.5 if fairseq else std)
             if module.padding_idx is not None:
                 init.zeros_(module.weight[module.padding_idx])
         elif isinstance(module, nn.LayerNorm):
@@ -275,6 +289,7 @@ class TLaserForTranslation(TranslationMixin, TLaserPreTrainedModel):
         self.encoder = TLaserModel(config)
         self.decoder = TLaserDecoder(config)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.lm_head.embedding_init = True  # fairseq: output projection N(0, d^-0.5), like an embedding
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:

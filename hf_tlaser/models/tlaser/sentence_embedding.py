@@ -1,13 +1,18 @@
 """Pieces shared by the T-LASER and LASER model files: the cT-LASER distance-constraint loss (Li & Mak 2020,
-eq. 7-10), the optional in-batch alignment loss, and token-budget ``encode``.
+eq. 7-10), the optional in-batch alignment loss, token-budget ``encode``, and the sentence-transformers layout
+written by every ``save_pretrained``.
 
 This file travels with the model code when a model is saved with ``trust_remote_code`` support, so it imports
-only torch and transformers.
+only torch, transformers and the standard library.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -36,21 +41,53 @@ class DistanceLossOutput:
     v_norm: torch.Tensor
 
 
+def unique_pairs(
+    pair_index: torch.LongTensor, group_index: torch.LongTensor | None = None
+) -> tuple[torch.LongTensor, torch.LongTensor]:
+    """Pairs of encoded rows with repeats removed (a-b and b-a of a multi-way group are one pair of vectors), and
+    the group of each: ``(pairs [P', 2], groups [P'])``. ``group_index`` defaults to every pair its own group.
+
+    Rows come out sorted (smaller row first, pairs in lexicographic order), so pair-mode batches keep their order.
+    """
+    if group_index is None:
+        group_index = torch.arange(len(pair_index), device=pair_index.device)
+    if group_index.shape != pair_index.shape[:1]:
+        raise ValueError(
+            f"group_index {tuple(group_index.shape)} needs one entry per pair of {tuple(pair_index.shape)}"
+        )
+    pairs, inverse = pair_index.sort(dim=1).values.unique(dim=0, return_inverse=True)
+    return pairs, group_index.new_empty(len(pairs)).scatter_(0, inverse, group_index)
+
+
 def sample_negatives(
     batch_size: int,
     num_negatives: int,
     device: torch.device | None = None,
     generator: torch.Generator | None = None,
+    groups: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Draw ``num_negatives`` in-batch negative indices for every row, never the row itself: LongTensor[N_s, B].
+    """Draw ``num_negatives`` in-batch negative indices for every row: LongTensor[N_s, B].
 
-    Sampling is with replacement, as in the authors' code, but excludes the positive (their code could pick it).
+    A row's candidates are the rows of other groups (``groups``: LongTensor[B], the group of each pair; default:
+    every row its own group, so a row excludes only itself). In a multi-way batch the other translations of the
+    same group are not negatives. Sampling is uniform among the candidates, with replacement, as in the authors'
+    code (which could also pick the positive). With all groups distinct this is the pair-mode draw, identical for
+    the same RNG state. A row has no candidate only when the whole batch is one group; that raises ValueError.
     """
-    if batch_size < 2:
-        raise ValueError(f"in-batch negatives need at least 2 pairs in a batch, got batch_size={batch_size}")
-    offsets = torch.randint(0, batch_size - 1, (num_negatives, batch_size), device=device, generator=generator)
     rows = torch.arange(batch_size, device=device)
-    return offsets + (offsets >= rows).long()
+    groups = rows if groups is None else groups.to(rows.device)
+    candidate = groups[None, :] != groups[:, None]  # [B, B]: column j is a candidate negative of row i
+    counts = candidate.sum(1)
+    if batch_size == 0 or not bool(counts.all()):
+        raise ValueError(f"in-batch negatives need pairs from at least 2 groups; got {batch_size} pair(s) of 1 group")
+    if bool((counts == batch_size - 1).all()):  # every other row is a candidate: the pair-mode draw
+        draw = torch.randint(0, batch_size - 1, (num_negatives, batch_size), device=device, generator=generator)
+    else:
+        uniform = torch.rand((num_negatives, batch_size), device=device, generator=generator)
+        draw = torch.minimum((uniform * counts).long(), counts - 1)
+    # the draw-th candidate of each row (for distinct groups: draw + (draw >= row))
+    position = candidate.long().cumsum(1)
+    return torch.searchsorted(position, draw.T.contiguous() + 1).T
 
 
 def distance_constraint_loss(
@@ -100,14 +137,21 @@ def distance_constraint_loss(
     return DistanceLossOutput(total=total, d_p=d_p, d_n=d_n_ab, hinge=hinge, v_norm=v_norm)
 
 
-def align_loss(p_a: torch.Tensor, p_b: torch.Tensor, scale: float = 20.0) -> torch.Tensor:
+def align_loss(
+    p_a: torch.Tensor, p_b: torch.Tensor, scale: float = 20.0, groups: torch.Tensor | None = None
+) -> torch.Tensor:
     """In-batch alignment loss (Lightweight Dual Transformer, eq. 5), summed over the batch.
 
     Cross entropy of each pair against the other sentences of the batch, in both directions, on cosine similarity
-    times ``scale`` (the paper uses raw inner products; cosine keeps the scale of the vectors free).
+    times ``scale`` (the paper uses raw inner products; cosine keeps the scale of the vectors free). ``groups``
+    (LongTensor[B]): other pairs of the same group (multi-way translations of one another) are masked out, neither
+    positives nor negatives.
     """
     logits = scale * F.normalize(p_a.float(), dim=-1) @ F.normalize(p_b.float(), dim=-1).T
     target = torch.arange(logits.shape[0], device=logits.device)
+    if groups is not None:
+        same_group = (groups[:, None] == groups[None, :]) & (target[:, None] != target[None, :])
+        logits = logits.masked_fill(same_group, float("-inf"))
     return F.cross_entropy(logits, target, reduction="sum") + F.cross_entropy(logits.T, target, reduction="sum")
 
 
@@ -122,13 +166,147 @@ def mean_pairwise_cosine(vectors: torch.Tensor) -> torch.Tensor:
     return ((total @ total) - n) / (n * (n - 1))
 
 
+@torch.no_grad()
+def centered_pairwise_cosine(vectors: torch.Tensor) -> torch.Tensor:
+    """``mean_pairwise_cosine`` after removing the batch mean vector.
+
+    The raw mean cosine is dominated by the component every sentence shares (a large common offset reads as
+    collapse); this one compares only how the sentences differ from the batch mean (its minimum is -1 / (n - 1)).
+    """
+    vectors = vectors.float()
+    return mean_pairwise_cosine(vectors - vectors.mean(0))
+
+
+# model_type -> sentence-transformers pooling mode. T-LASER's sentence vector is the final encoder output at STR_TAG
+# (position 0); LASER's is the max over the non-pad BiLSTM outputs, and LaserModel's last_hidden_state is exactly
+# those outputs (zeros at padding, which Pooling masks out), so sentence-transformers' max pooling reproduces it.
+POOLING = {"tlaser": "cls", "laser": "max"}
+_LEGACY_POOLING_KEYS = {
+    "cls": "pooling_mode_cls_token",
+    "mean": "pooling_mode_mean_tokens",
+    "max": "pooling_mode_max_tokens",
+    "mean_sqrt_len": "pooling_mode_mean_sqrt_len_tokens",
+    "weightedmean": "pooling_mode_weightedmean_tokens",
+    "lasttoken": "pooling_mode_lasttoken",
+}
+_NORMALIZE_MODULE = "sentence_transformers.models.Normalize"
+
+
+def read_model_config(model_dir: str | os.PathLike) -> dict:
+    """The folder's ``config.json`` as a dict (read as JSON: no model code runs)."""
+    path = Path(model_dir) / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{model_dir} has no config.json; is it a save_pretrained model folder?")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def embedding_dim(config: dict) -> int:
+    """Sentence-vector size: ``hidden_size`` (LASER configs derive it as 2 * lstm_hidden_size)."""
+    if "hidden_size" in config:
+        return int(config["hidden_size"])
+    return 2 * int(config["lstm_hidden_size"])
+
+
+def pooling_mode(config: dict) -> str:
+    """sentence-transformers pooling mode that reproduces the model's ``pooler_output``."""
+    model_type = config.get("model_type")
+    if model_type not in POOLING:
+        raise ValueError(f"model_type={model_type!r} is not an hf_tlaser model; expected one of {sorted(POOLING)}")
+    return POOLING[model_type]
+
+
+def has_sentence_transformers_files(model_dir: str | os.PathLike) -> bool:
+    """Whether the folder already has a sentence-transformers layout (``modules.json``)."""
+    return (Path(model_dir) / "modules.json").is_file()
+
+
+def _versions() -> dict[str, str]:
+    found = {}
+    for key, dist in (
+        ("sentence_transformers", "sentence-transformers"),
+        ("transformers", "transformers"),
+        ("pytorch", "torch"),
+    ):
+        try:
+            found[key] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def _write_json(path: Path, value: object) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(value, indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def add_sentence_transformers_files(
+    model_dir: str | os.PathLike,
+    normalize: bool | None = None,
+    max_seq_length: int | None = None,
+) -> list[Path]:
+    """Write ``modules.json``, ``sentence_bert_config.json``, ``1_Pooling/config.json`` and
+    ``config_sentence_transformers.json`` into a saved model folder; return the written paths.
+
+    Every ``save_pretrained`` of the hf_tlaser models calls this, so ``SentenceTransformer(folder,
+    trust_remote_code=True)`` pools like ``encode``: CLS (STR_TAG) for T-LASER, max for LASER. The files use the
+    module names and config keys sentence-transformers has read since 2.x (``models.Transformer`` / ``Pooling`` /
+    ``Normalize``, ``pooling_mode_*`` booleans). ``pipeline("feature-extraction", model=folder,
+    trust_remote_code=True)`` loads the same encoder and returns its per-token final-layer outputs: the sentence
+    vector is position 0 for T-LASER and the max over the tokens for LASER.
+
+    ``normalize`` appends a ``Normalize`` module (unit vectors); None keeps the folder's current choice (none for a
+    new folder), True/False rewrite it. ``max_seq_length`` (default: ``max_position_embeddings``) is where
+    sentence-transformers truncates.
+    """
+    folder = Path(model_dir)
+    config = read_model_config(folder)
+    mode = pooling_mode(config)
+    if normalize is None:
+        modules_path = folder / "modules.json"
+        old = json.loads(modules_path.read_text(encoding="utf-8")) if modules_path.is_file() else []
+        normalize = any(module.get("type") == _NORMALIZE_MODULE for module in old)
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    ]
+    if normalize:
+        modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": _NORMALIZE_MODULE})
+    pooling = {"word_embedding_dimension": embedding_dim(config)}
+    pooling.update({key: name == mode for name, key in _LEGACY_POOLING_KEYS.items()})
+    pooling["include_prompt"] = True
+    length = max_seq_length or int(config.get("max_position_embeddings", 512))
+    return [
+        _write_json(folder / "modules.json", modules),
+        _write_json(folder / "sentence_bert_config.json", {"max_seq_length": length, "do_lower_case": False}),
+        _write_json(folder / "1_Pooling" / "config.json", pooling),
+        _write_json(
+            folder / "config_sentence_transformers.json",
+            {
+                "__version__": _versions(),
+                "model_type": "SentenceTransformer",
+                "prompts": {},
+                "default_prompt_name": None,
+                "similarity_fn_name": "cosine",
+            },
+        ),
+    ]
+
+
 class SentenceEncoderMixin:
-    """``encode`` for encoder models whose forward returns ``pooler_output`` as the sentence vector."""
+    """``encode`` for encoder models whose forward returns ``pooler_output`` as the sentence vector, and a
+    ``save_pretrained`` that also writes the sentence-transformers layout."""
+
+    def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs) -> None:
+        """Save, then add the sentence-transformers files (see ``add_sentence_transformers_files``)."""
+        super().save_pretrained(save_directory, *args, **kwargs)
+        if kwargs.get("is_main_process", True):
+            add_sentence_transformers_files(save_directory, normalize=None)
 
     @torch.inference_mode()
     def encode(
         self,
-        texts: list[str],
+        texts: str | list[str],
         tokenizer,
         *,
         max_tokens: int = 16000,
@@ -143,16 +321,17 @@ class SentenceEncoderMixin:
     ):
         """Embed ``texts``; returns a float32 numpy array [N, d] in input order (a tensor if ``convert_to_tensor``).
 
+        A single ``str`` is one text and gives one vector [d] (as sentence-transformers); an empty list gives [0, d].
         Sentences are sorted by length and grouped so that rows x padded length stays under ``max_tokens``
         (at most ``batch_size`` rows); the last encoder layer only computes the pooled position. An empty string
         embeds ``STR_TAG </s>``. Inputs longer than ``max_position_embeddings`` raise unless ``truncation=True``.
         """
-        if isinstance(texts, str):
-            raise TypeError("encode expects a list of strings, got a single str")
+        single = isinstance(texts, str)
+        texts = [texts] if single else list(texts)
         limit = self.config.max_position_embeddings
-        encoded = tokenizer(
-            list(texts), add_special_tokens=True, truncation=truncation, max_length=max_length or limit
-        )["input_ids"]
+        encoded = []
+        if texts:
+            encoded = tokenizer(texts, truncation=truncation, max_length=max_length or limit)["input_ids"]
         too_long = [i for i, ids in enumerate(encoded) if len(ids) > limit]
         if too_long:
             raise ValueError(
@@ -194,6 +373,8 @@ class SentenceEncoderMixin:
         self.train(was_training)
         if normalize:
             out = F.normalize(out, dim=-1)
+        if single:
+            out = out[0]
         return out if convert_to_tensor else out.numpy()
 
 
@@ -210,6 +391,9 @@ class TranslationOutput(ModelOutput):
         loss_align: in-batch alignment loss, mean over pairs.
         d_p, d_n, hinge: batch means of the normalised positive / negative distances and of the hinge terms.
         v_norm: the distance normaliser. mean_cosine: mean cosine between distinct encoded sentences.
+        centered_cosine: the same after removing the batch mean (``centered_pairwise_cosine``).
+        skipped_pair_losses: 1 when the distance and alignment terms were skipped because the batch has no
+            negative (one pair, or one multi-way group), else 0; None when no pair loss applies.
         num_tokens: number of target tokens in this batch.
     """
 
@@ -224,6 +408,8 @@ class TranslationOutput(ModelOutput):
     hinge: torch.Tensor | None = None
     v_norm: torch.Tensor | None = None
     mean_cosine: torch.Tensor | None = None
+    centered_cosine: torch.Tensor | None = None
+    skipped_pair_losses: torch.Tensor | None = None
     num_tokens: torch.Tensor | None = None
 
 
@@ -264,14 +450,16 @@ class TranslationMixin:
         shifted[:, 1:] = labels[:, :-1]
         return shifted.masked_fill(shifted.eq(-100), self.config.pad_token_id)
 
-    def save_pretrained(self, save_directory, *args, **kwargs):
+    def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs) -> None:
         """Save, and map ``AutoModel`` to the encoder class so that ``AutoModel.from_pretrained`` of a translation
-        checkpoint gives the embedding model."""
+        checkpoint gives the embedding model; then add the sentence-transformers files for that encoder."""
         encoder_cls = type(self.encoder)
         auto_map = dict(getattr(self.config, "auto_map", None) or {})
         auto_map["AutoModel"] = f"{encoder_cls.__module__.rsplit('.', 1)[-1]}.{encoder_cls.__name__}"
         self.config.auto_map = auto_map
-        return super().save_pretrained(save_directory, *args, **kwargs)
+        super().save_pretrained(save_directory, *args, **kwargs)
+        if kwargs.get("is_main_process", True):
+            add_sentence_transformers_files(save_directory, normalize=None)
 
     def encode_sentences(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
         return self.encoder(input_ids=input_ids, attention_mask=attention_mask, pooled_only=True).pooler_output
@@ -287,6 +475,7 @@ class TranslationMixin:
         tgt_attention_mask: torch.Tensor | None = None,
         src_index: torch.LongTensor | None = None,
         pair_index: torch.LongTensor | None = None,
+        group_index: torch.LongTensor | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
     ) -> TranslationOutput:
         """Translation loss (+ cT-LASER distance loss) for a batch.
@@ -301,6 +490,8 @@ class TranslationMixin:
             src_index: row of ``input_ids`` that is the source of each label row (multi-way batches; default
                 ``arange(T)``).
             pair_index: LongTensor[P, 2] of rows of the encoded batch that are translations of each other.
+            group_index: LongTensor[P], the group (multi-way: source group) of each pair; pairs of one group are
+                never negatives of each other (default: every pair its own group).
             num_items_in_batch: normaliser of the loss (target tokens of the whole update); default: this batch's.
         """
         device = input_ids.device
@@ -334,24 +525,41 @@ class TranslationMixin:
         out.logits, out.loss_mt, out.num_tokens = logits, loss_mt, labels.ne(-100).sum()
         total = loss_mt
         if pair_index is not None and (self.config.distance_beta > 0 or self.config.align_loss_weight > 0):
-            total = self._pair_losses(vectors, pair_index, out)
+            total = self._pair_losses(vectors, pair_index, group_index, out)
         out.mean_cosine = mean_pairwise_cosine(vectors.detach())
+        out.centered_cosine = centered_pairwise_cosine(vectors.detach())
         normaliser = num_items_in_batch if num_items_in_batch is not None else out.num_tokens.clamp(min=1)
         out.loss = total / normaliser
         return out
 
-    def _pair_losses(self, vectors: torch.Tensor, pair_index: torch.LongTensor, out: TranslationOutput) -> torch.Tensor:
-        """Add the distance (eq. 7-10) and alignment losses of the pairs to ``out``; return the total sum."""
+    def _pair_losses(
+        self,
+        vectors: torch.Tensor,
+        pair_index: torch.LongTensor,
+        group_index: torch.LongTensor | None,
+        out: TranslationOutput,
+    ) -> torch.Tensor:
+        """Add the distance (eq. 7-10) and alignment losses of the pairs to ``out``; return the total sum.
+
+        Pairs of the same encoded rows (a-b and b-a in a multi-way group) count once. A batch without negatives
+        (one pair, or one group) trains on the translation loss alone and sets ``skipped_pair_losses``.
+        """
         cfg = self.config
-        p_a, p_b = vectors[pair_index[:, 0]], vectors[pair_index[:, 1]]
-        total = out.loss_mt
+        pairs, groups = unique_pairs(pair_index, group_index)
+        skip = bool((groups == groups[0]).all())
+        out.skipped_pair_losses = torch.tensor(int(skip), device=vectors.device)
+        mt_weight = cfg.distance_mt_weight if cfg.distance_beta > 0 else 1.0
+        total = mt_weight * out.loss_mt  # eq. (10): 0.5 * l_mt
+        if skip:
+            return total
+        p_a, p_b = vectors[pairs[:, 0]], vectors[pairs[:, 1]]
         if cfg.distance_beta > 0:
-            num = len(pair_index)
+            num = len(pairs)
             dist = distance_constraint_loss(
                 p_a,
                 p_b,
-                sample_negatives(num, cfg.distance_negatives, vectors.device),
-                sample_negatives(num, cfg.distance_negatives, vectors.device),
+                sample_negatives(num, cfg.distance_negatives, vectors.device, groups=groups),
+                sample_negatives(num, cfg.distance_negatives, vectors.device, groups=groups),
                 alpha=cfg.distance_alpha,
                 beta=cfg.distance_beta,
                 lam=cfg.distance_hinge_weight,
@@ -359,7 +567,7 @@ class TranslationMixin:
                 eps=cfg.distance_eps,
                 vnorm_grad=cfg.distance_vnorm_grad,
             )
-            total = cfg.distance_mt_weight * out.loss_mt + dist.total  # eq. (10)
+            total = total + dist.total  # eq. (10)
             out.loss_distance = dist.total
             out.d_p, out.d_n, out.hinge, out.v_norm = (
                 dist.d_p.detach().mean(),
@@ -368,7 +576,7 @@ class TranslationMixin:
                 dist.v_norm.detach(),
             )
         if cfg.align_loss_weight > 0:
-            out.loss_align = align_loss(p_a, p_b, cfg.align_scale) / len(pair_index)
+            out.loss_align = align_loss(p_a, p_b, cfg.align_scale, groups) / len(pairs)
             # a per-pair mean next to the per-token translation loss: scaled to this batch's share of the update
             total = total + cfg.align_loss_weight * out.loss_align * out.num_tokens
         return total

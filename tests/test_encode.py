@@ -27,8 +27,8 @@ def test_order_and_equality_with_one_by_one(models, tokenizer, newstest_lines):
     texts = newstest_lines["de"][:40]
     assert len({len(t) for t in texts}) > 10  # lengths differ, so sorting reorders
     for model in models:
-        batched = hf_tlaser.encode(model, tokenizer, texts, max_tokens=400)
-        single = np.stack([hf_tlaser.encode(model, tokenizer, [t])[0] for t in texts])
+        batched = hf_tlaser.encode(model, tokenizer, texts, max_tokens=400, precision="fp32")
+        single = np.stack([hf_tlaser.encode(model, tokenizer, [t], precision="fp32")[0] for t in texts])
         np.testing.assert_allclose(batched, single, atol=2e-5)
         unsorted = model.encode(texts, tokenizer, sort_by_length=False)
         np.testing.assert_allclose(batched, unsorted, atol=2e-5)
@@ -81,7 +81,7 @@ def test_normalize_tensor_and_bf16(models, tokenizer, newstest_lines):
     assert isinstance(out, torch.Tensor)
     torch.testing.assert_close(out.norm(dim=-1), torch.ones(8))
     bf16 = hf_tlaser.encode(model, tokenizer, texts, autocast_dtype=torch.bfloat16)
-    fp32 = hf_tlaser.encode(model, tokenizer, texts)
+    fp32 = hf_tlaser.encode(model, tokenizer, texts, precision="fp32")
     assert bf16.dtype == np.float32 and not np.array_equal(bf16, fp32)
 
 

@@ -110,3 +110,15 @@ def test_resave_keeps_normalize(laser_dir):
     assert modules[-1]["type"] == "sentence_transformers.models.Normalize"
     add_sentence_transformers_files(laser_dir, normalize=False)
     assert len(json.loads((laser_dir / "modules.json").read_text())) == 2
+
+
+def test_prepare_folder_normalize_applies_to_a_saved_folder(laser_dir):
+    """Every saved folder already has the layout: ``push --normalize`` must still add the Normalize module."""
+    from hf_tlaser.hub.push import prepare_folder
+
+    assert len(json.loads((laser_dir / "modules.json").read_text())) == 2
+    prepare_folder(laser_dir, normalize=True)
+    modules = json.loads((laser_dir / "modules.json").read_text())
+    assert modules[-1]["type"] == "sentence_transformers.models.Normalize"
+    prepare_folder(laser_dir)  # None keeps the folder's choice
+    assert len(json.loads((laser_dir / "modules.json").read_text())) == 3

@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
             revision=args.revision,
             token=args.token,
             commit_message=args.commit_message,
-            normalize=args.normalize,
+            normalize=True if args.normalize else None,
             results=args.results,
             endpoint=args.endpoint,
         )

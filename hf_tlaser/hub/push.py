@@ -16,7 +16,7 @@ from hf_tlaser.errors import UsageError
 from hf_tlaser.evaluation.provenance import check_model_folder
 
 from .model_card import write_model_card
-from .st_layout import add_sentence_transformers_files, has_sentence_transformers_files
+from .st_layout import add_sentence_transformers_files
 
 T = TypeVar("T")
 
@@ -76,12 +76,12 @@ def resolve_token(token: str | None = None) -> str:
 def prepare_folder(
     model_dir: str | os.PathLike,
     repo_id: str | None = None,
-    normalize: bool = False,
+    normalize: bool | None = None,
     results: str | os.PathLike | None = None,
 ) -> None:
-    """Add what a Hub repository needs and the folder lacks: the sentence-transformers files and ``README.md``."""
-    if not has_sentence_transformers_files(model_dir):
-        add_sentence_transformers_files(model_dir, normalize=normalize)
+    """Write what a Hub repository needs: the sentence-transformers files (``normalize``: add or remove the
+    Normalize module; None keeps the folder's choice) and the generated ``README.md``."""
+    add_sentence_transformers_files(model_dir, normalize=normalize)
     write_model_card(model_dir, repo_id=repo_id, results=results)
 
 
@@ -93,7 +93,7 @@ def push_to_hub(
     revision: str | None = None,
     token: str | None = None,
     commit_message: str | None = None,
-    normalize: bool = False,
+    normalize: bool | None = None,
     results: str | os.PathLike | None = None,
     endpoint: str | None = None,
 ) -> CommitInfo:

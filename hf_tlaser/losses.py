@@ -8,7 +8,7 @@ its public home.
 from hf_tlaser.models.tlaser.sentence_embedding import (
     DistanceLossOutput,
     align_loss,
-    centered_pairwise_cosine,
+    centered_pair_cosine,
     distance_constraint_loss,
     mean_pairwise_cosine,
     sample_negatives,
@@ -22,5 +22,5 @@ __all__ = [
     "unique_pairs",
     "align_loss",
     "mean_pairwise_cosine",
-    "centered_pairwise_cosine",
+    "centered_pair_cosine",
 ]

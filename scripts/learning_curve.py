@@ -139,6 +139,8 @@ def evaluate(run: Path, data_dir: str | None, every: int = 1) -> Path:
             **measure(_embedder(run / checkpoints[0][1].name, run, True), data_dir),
         }
     for step, folder in checkpoints:
+        if str(step) in points and points[str(step)]["cpu_minutes"] is None:  # evaluated before the run ended
+            points[str(step)]["cpu_minutes"] = _cpu_minutes_at(run, folder)
         if str(step) in points or step % every:
             continue
         point = {
@@ -176,10 +178,7 @@ def lexical_reference(data_dir: str | None) -> dict:
     return result
 
 
-METRICS = (
-    ("ntrex_absolute", "NTREX-128 xx<->en error %", "lower"),
-    ("sib_cross", "SIB-200 cross accuracy %", "higher"),
-)
+METRICS = (("ntrex_absolute", "NTREX-128 xx<->en error %"), ("sib_cross", "SIB-200 cross accuracy %"))
 
 
 def _load_curves(runs: list[Path]) -> dict[str, list[dict]]:

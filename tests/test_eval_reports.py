@@ -90,8 +90,9 @@ def test_evaluate_retrieval_toy(data_dir):
         evaluate_retrieval(toy_embed, data_dir, sets=("xnli",))
 
 
-def test_run_suite(tmp_path, data_dir):
-    results = run_suite(
+def small_suite(tmp_path, data_dir, **kwargs) -> dict:
+    """``run_suite`` of ``toy_embed`` on en/de ud-pud retrieval and SIB-200, one seed, 3 classifier epochs."""
+    return run_suite(
         toy_embed,
         tmp_path,
         suites=("retrieval", "sib200"),
@@ -100,8 +101,12 @@ def test_run_suite(tmp_path, data_dir):
         seeds=(0,),
         config=ClassifierConfig(epochs=3),
         retrieval_sets=("ud-pud",),
-        projection="pca",
+        **kwargs,
     )
+
+
+def test_run_suite(tmp_path, data_dir):
+    results = small_suite(tmp_path, data_dir, projection="pca")
     assert set(results) == {"evaluated", "retrieval", "sib200"}  # no references asked for
     assert np.array(results["sib200"]["mean"]).shape == (2, 2)
     assert json.loads((tmp_path / "results.json").read_text()) == json.loads(json.dumps(results))
@@ -202,15 +207,9 @@ def test_run_suite_reports_reference_rows(tmp_path, data_dir):
         "reversed": Reference("reversed (reference)", "characters reversed", lambda suite: shifted),
         "tfidf-char": lexical_reference(svd_dim=16),
     }
-    results = run_suite(
-        toy_embed,
+    results = small_suite(
         tmp_path,
-        suites=("retrieval", "sib200"),
-        data_dir=data_dir,
-        langs=("en", "de"),
-        seeds=(0,),
-        config=ClassifierConfig(epochs=3),
-        retrieval_sets=("ud-pud",),
+        data_dir,
         projection=None,
         references=references,
         about={"label": "toy", "model": "toy", "updates": 12},

@@ -9,7 +9,7 @@ import torch
 
 from hf_tlaser.losses import (
     align_loss,
-    centered_pairwise_cosine,
+    centered_pair_cosine,
     distance_constraint_loss,
     mean_pairwise_cosine,
     sample_negatives,
@@ -146,12 +146,16 @@ def test_align_loss_masks_the_same_group():
 
 
 def test_centered_cosine_ignores_the_shared_component():
-    spread = torch.eye(4) - 0.25  # four directions around their mean
-    shifted = spread + torch.tensor([10.0, 10.0, 10.0, 10.0])
-    assert mean_pairwise_cosine(shifted).item() > 0.99  # the raw signal reads the offset as collapse
-    assert centered_pairwise_cosine(shifted).item() == pytest.approx(-1 / 3, abs=1e-5)
-    assert centered_pairwise_cosine(spread).item() == pytest.approx(-1 / 3, abs=1e-5)
-    assert centered_pairwise_cosine(torch.ones(1, 3)).item() == 0.0
+    torch.manual_seed(0)
+    offset = torch.full((16,), 10.0)  # the component every sentence shares
+    sentences = torch.randn(4, 16)
+    aligned = torch.cat([sentences, sentences + 0.1 * torch.randn(4, 16)]) + offset  # pairs (i, i + 4) agree
+    noise = torch.randn(8, 16) + offset  # collapsed: the offset plus nothing pair-specific
+    pairs = torch.tensor([[i, i + 4] for i in range(4)])
+    assert mean_pairwise_cosine(aligned).item() > 0.9 and mean_pairwise_cosine(noise).item() > 0.9
+    assert centered_pair_cosine(aligned, pairs).item() > 0.95
+    assert abs(centered_pair_cosine(noise, pairs).item()) < 0.5
+    assert centered_pair_cosine(aligned, pairs[:1]) is None
 
 
 def test_identical_pairs_keep_finite_gradients():

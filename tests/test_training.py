@@ -168,17 +168,7 @@ def test_killed_run_resumes_with_the_same_losses(tmp_path, tokenizer_dir):
 
 
 def test_two_process_ddp_keeps_ranks_identical(tmp_path, tokenizer_dir):
-    out = tmp_path / "ddp"
-    worker = Path(__file__).with_name("ddp_worker.py")
-    cmd = [
-        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", str(worker),
-        *tiny_args(out, tokenizer_dir, "--max-steps", "3", "--save-steps", "1000", "--use-cpu"),
-    ]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    sums = [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
+    sums = launch_ddp(tmp_path / "ddp", tokenizer_dir, "--max-steps", "3", "--save-steps", "1000")
     assert sums[0]["world_size"] == sums[1]["world_size"] == 2
     assert sums[0]["checksum"] == sums[1]["checksum"]
     assert sums[0]["batches"] != sums[1]["batches"]  # each rank trained on its own micro-batches

@@ -167,14 +167,18 @@ def mean_pairwise_cosine(vectors: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def centered_pairwise_cosine(vectors: torch.Tensor) -> torch.Tensor:
-    """``mean_pairwise_cosine`` after removing the batch mean vector.
+def centered_pair_cosine(vectors: torch.Tensor, pair_index: torch.LongTensor) -> torch.Tensor | None:
+    """Mean cosine between the two sides of each translation pair after removing the batch mean vector.
 
     The raw mean cosine is dominated by the component every sentence shares (a large common offset reads as
-    collapse); this one compares only how the sentences differ from the batch mean (its minimum is -1 / (n - 1)).
+    collapse). Without it, translations of each other still point the same way (toward 1) only if the vectors carry
+    what is specific to the sentence; collapsed vectors leave noise (near 0). (The mean cosine between all centred
+    vectors would say nothing: it is about -1 / (n - 1) whatever the vectors.) None for fewer than 2 pairs.
     """
-    vectors = vectors.float()
-    return mean_pairwise_cosine(vectors - vectors.mean(0))
+    if len(pair_index) < 2:
+        return None
+    centred = vectors.float() - vectors.float().mean(0)
+    return F.cosine_similarity(centred[pair_index[:, 0]], centred[pair_index[:, 1]], dim=-1).mean()
 
 
 # model_type -> sentence-transformers pooling mode. T-LASER's sentence vector is the final encoder output at STR_TAG
@@ -391,7 +395,8 @@ class TranslationOutput(ModelOutput):
         loss_align: in-batch alignment loss, mean over pairs.
         d_p, d_n, hinge: batch means of the normalised positive / negative distances and of the hinge terms.
         v_norm: the distance normaliser. mean_cosine: mean cosine between distinct encoded sentences.
-        centered_cosine: the same after removing the batch mean (``centered_pairwise_cosine``).
+        centered_cosine: mean cosine of the translation pairs after removing the batch mean
+            (``centered_pair_cosine``); None without pairs in the batch.
         skipped_pair_losses: 1 when the distance and alignment terms were skipped because the batch has no
             negative (one pair, or one multi-way group), else 0; None when no pair loss applies.
         num_tokens: number of target tokens in this batch.
@@ -527,7 +532,8 @@ class TranslationMixin:
         if pair_index is not None and (self.config.distance_beta > 0 or self.config.align_loss_weight > 0):
             total = self._pair_losses(vectors, pair_index, group_index, out)
         out.mean_cosine = mean_pairwise_cosine(vectors.detach())
-        out.centered_cosine = centered_pairwise_cosine(vectors.detach())
+        if pair_index is not None:
+            out.centered_cosine = centered_pair_cosine(vectors.detach(), pair_index)
         normaliser = num_items_in_batch if num_items_in_batch is not None else out.num_tokens.clamp(min=1)
         out.loss = total / normaliser
         return out

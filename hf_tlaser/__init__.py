@@ -4,6 +4,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 
 from hf_tlaser.encoding import encode
 from hf_tlaser.losses import distance_constraint_loss
+from hf_tlaser.models.cnv import CNVConfig, CNVModel
 from hf_tlaser.models.laser import LaserConfig, LaserForTranslation, LaserModel
 from hf_tlaser.models.tlaser import TLaserConfig, TLaserForTranslation, TLaserModel
 from hf_tlaser.tokenization import save_tokenizer, train_tokenizer
@@ -17,6 +18,8 @@ for _config, _model, _translation in (
     AutoConfig.register(_config.model_type, _config, exist_ok=True)
     AutoModel.register(_config, _model, exist_ok=True)
     AutoModelForSeq2SeqLM.register(_config, _translation, exist_ok=True)
+AutoConfig.register(CNVConfig.model_type, CNVConfig, exist_ok=True)
+AutoModel.register(CNVConfig, CNVModel, exist_ok=True)
 
 __all__ = [
     "TLaserConfig",
@@ -25,6 +28,8 @@ __all__ = [
     "LaserConfig",
     "LaserModel",
     "LaserForTranslation",
+    "CNVConfig",
+    "CNVModel",
     "distance_constraint_loss",
     "encode",
     "train_tokenizer",

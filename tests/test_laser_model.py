@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from hf_tlaser.hardware import cpu_bf16_native, cpu_capability
-from hf_tlaser.models.laser import LaserConfig, LaserForTranslation, LaserModel, modeling_laser
+from hf_tlaser.models.laser import LaserConfig, LaserForTranslation, LaserModel, sentence_embedding
 
 NATIVE_BF16 = cpu_bf16_native()
 
@@ -329,11 +329,11 @@ def test_autocast_never_hits_missing_onednn_lstm(dtype):
 
 
 def test_lstm_fallback_runs_fp32(monkeypatch):
-    monkeypatch.setattr(modeling_laser, "_cpu_autocast_lacks_lstm", lambda: True)
+    monkeypatch.setattr(sentence_embedding, "cpu_autocast_lacks_rnn", lambda: True)
     lstm = torch.nn.LSTM(4, 8, batch_first=True)
     state = (torch.zeros(1, 2, 8, dtype=torch.bfloat16), torch.zeros(1, 2, 8, dtype=torch.bfloat16))
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        output, (h, c) = modeling_laser.run_lstm(lstm, torch.randn(2, 3, 4), state)
+        output, (h, c) = sentence_embedding.run_rnn(lstm, torch.randn(2, 3, 4), state)
     assert output.dtype == h.dtype == c.dtype == torch.float32
     _train_step_under_autocast(torch.bfloat16)
 
@@ -342,5 +342,5 @@ def test_lstm_fallback_runs_fp32(monkeypatch):
 def test_decoder_lstm_runs_bf16_on_native_cpu():
     lstm = torch.nn.LSTM(4, 8, batch_first=True)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        output, _ = modeling_laser.run_lstm(lstm, torch.randn(2, 3, 4))
+        output, _ = sentence_embedding.run_rnn(lstm, torch.randn(2, 3, 4))
     assert output.dtype == torch.bfloat16

@@ -14,46 +14,17 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from transformers import PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 
 from .configuration_laser import LaserConfig
-from .sentence_embedding import SentenceEncoderMixin, TranslationMixin
+from .sentence_embedding import SentenceEncoderMixin, TranslationMixin, run_rnn
 
 try:  # transformers >= 5 tracks which weights were loaded; older versions use torch.nn.init directly
     from transformers import initialization as init
 except ImportError:  # pragma: no cover
     from torch.nn import init
-
-
-def _cpu_autocast_lacks_lstm() -> bool:
-    """True under CPU autocast to a dtype this CPU's oneDNN has no LSTM kernel for (bf16 without native bf16, fp16
-    without AVX512-FP16/AMX-FP16): there ``nn.LSTM`` raises "could not create a primitive descriptor"."""
-    if not torch.is_autocast_enabled("cpu"):
-        return False
-    dtype = torch.get_autocast_dtype("cpu")
-    check = {torch.bfloat16: "_is_mkldnn_bf16_supported", torch.float16: "_is_mkldnn_fp16_supported"}.get(dtype)
-    if check is None:
-        return False
-    try:
-        return not getattr(torch.ops.mkldnn, check)()
-    except (AttributeError, RuntimeError):  # a torch build without oneDNN: stay on the safe side
-        return True
-
-
-def run_lstm(
-    lstm: nn.LSTM, inputs: torch.Tensor | PackedSequence, state: tuple[torch.Tensor, torch.Tensor] | None = None
-) -> tuple[torch.Tensor | PackedSequence, tuple[torch.Tensor, torch.Tensor]]:
-    """``lstm(inputs, state)``, in fp32 with autocast off where the CPU cannot run it in the autocast dtype.
-
-    ``inputs`` is a tensor or a ``PackedSequence``; the outputs are then fp32 (the ops after the LSTM autocast
-    again). On CUDA and on CPUs with native bf16 the LSTM runs under autocast as usual.
-    """
-    if inputs.data.device.type != "cpu" or not _cpu_autocast_lacks_lstm():
-        return lstm(inputs, state)
-    with torch.autocast("cpu", enabled=False):
-        return lstm(inputs.float(), None if state is None else tuple(s.float() for s in state))
 
 
 class LaserPreTrainedModel(PreTrainedModel):
@@ -158,7 +129,7 @@ class LaserModel(SentenceEncoderMixin, LaserPreTrainedModel):
 
         embedded = self.dropout(self.embed_tokens(input_ids))
         packed = pack_padded_sequence(embedded, lengths.cpu(), batch_first=True, enforce_sorted=False)
-        packed_out, _ = run_lstm(self.lstm, packed)
+        packed_out, _ = run_rnn(self.lstm, packed)
         hidden, _ = pad_packed_sequence(packed_out, batch_first=True, total_length=seq_len)
         hidden = self.dropout(hidden)
         pooled = hidden.masked_fill(~mask[..., None], float("-inf")).amax(dim=1)
@@ -212,7 +183,7 @@ class LaserDecoder(nn.Module):
         lang = self.embed_langs(tgt_lang)[:, None].expand(-1, length, -1).to(tokens.dtype)
         inputs = self.dropout(torch.cat([tokens, lang], dim=-1))
         sentence = sentence_embedding[:, None].expand(-1, length, -1).to(inputs.dtype)
-        output, _ = run_lstm(self.lstm, torch.cat([inputs, sentence], dim=-1), self.initial_state(sentence_embedding))
+        output, _ = run_rnn(self.lstm, torch.cat([inputs, sentence], dim=-1), self.initial_state(sentence_embedding))
         return self.dropout(output)
 
 

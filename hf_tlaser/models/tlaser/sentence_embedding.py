@@ -297,6 +297,95 @@ def add_sentence_transformers_files(
     ]
 
 
+def cpu_autocast_lacks_rnn() -> bool:
+    """True under CPU autocast to a dtype this CPU's oneDNN has no RNN kernel for (bf16 without native bf16, fp16
+    without AVX512-FP16/AMX-FP16): there ``nn.LSTM`` / ``nn.GRU`` raise "could not create a primitive descriptor"."""
+    if not torch.is_autocast_enabled("cpu"):
+        return False
+    dtype = torch.get_autocast_dtype("cpu")
+    check = {torch.bfloat16: "_is_mkldnn_bf16_supported", torch.float16: "_is_mkldnn_fp16_supported"}.get(dtype)
+    if check is None:
+        return False
+    try:
+        return not getattr(torch.ops.mkldnn, check)()
+    except (AttributeError, RuntimeError):  # a torch build without oneDNN: stay on the safe side
+        return True
+
+
+def run_rnn(rnn: torch.nn.RNNBase, inputs, state=None):
+    """``rnn(inputs, state)`` (LSTM or GRU), in fp32 with autocast off where the CPU cannot run it in the autocast
+    dtype.
+
+    ``inputs`` is a tensor or a ``PackedSequence``; the outputs are then fp32 (the ops after the RNN autocast
+    again). On CUDA and on CPUs with native bf16 the RNN runs under autocast as usual.
+    """
+    if inputs.data.device.type != "cpu" or not cpu_autocast_lacks_rnn():
+        return rnn(inputs, state)
+    if state is not None:
+        state = tuple(s.float() for s in state) if isinstance(state, tuple) else state.float()
+    with torch.autocast("cpu", enabled=False):
+        return rnn(inputs.float(), state)
+
+
+def tokenize_for_encoding(
+    tokenizer, texts: list[str], limit: int, truncation: bool = False, max_length: int | None = None
+) -> list[list[int]]:
+    """Token ids of ``texts``; ValueError naming the first text over ``limit`` (the model's max_position_embeddings)
+    tokens unless ``truncation``."""
+    encoded = tokenizer(texts, truncation=truncation, max_length=max_length or limit)["input_ids"] if texts else []
+    too_long = [i for i, ids in enumerate(encoded) if len(ids) > limit]
+    if too_long:
+        raise ValueError(
+            f"{len(too_long)} input(s) exceed max_position_embeddings={limit} tokens (first: text #{too_long[0]}"
+            f" with {len(encoded[too_long[0]])} tokens); pass truncation=True to cut them"
+        )
+    return encoded
+
+
+def embed_in_batches(
+    model: torch.nn.Module,
+    pooled,
+    encoded: list[list[int]],
+    pad_id: int,
+    dim: int,
+    max_tokens: int = 16000,
+    batch_size: int = 512,
+    autocast_dtype: torch.dtype | None = None,
+    sort_by_length: bool = True,
+    show_progress: bool | None = None,
+) -> torch.Tensor:
+    """float32 [N, dim] vectors of token-id lists, in input order: ``pooled(ids [b, s]) -> [b, dim]`` runs on
+    right-padded batches of rows x padded length <= ``max_tokens`` (at most ``batch_size`` rows), longest first,
+    in eval mode (``model``'s mode is restored) under autocast to ``autocast_dtype`` (None: off)."""
+    order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i])) if sort_by_length else range(len(encoded))
+    batches, current, width = [], [], 0
+    for i in order:
+        new_width = max(width, len(encoded[i]))
+        if current and (new_width * (len(current) + 1) > max_tokens or len(current) >= batch_size):
+            batches.append(current)
+            current, new_width = [], len(encoded[i])
+        current.append(i)
+        width = new_width
+    if current:
+        batches.append(current)
+    device = next(model.parameters()).device
+    out = torch.empty(len(encoded), dim, dtype=torch.float32)
+    was_training = model.training
+    model.eval()
+    progress = logging.tqdm(
+        batches, desc="encode", unit="batch", disable=not (len(batches) > 4 if show_progress is None else show_progress)
+    )
+    with torch.inference_mode():
+        for batch in progress:
+            ids = torch.full((len(batch), max(len(encoded[i]) for i in batch)), pad_id, dtype=torch.long)
+            for row, i in enumerate(batch):
+                ids[row, : len(encoded[i])] = torch.tensor(encoded[i])
+            with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+                out[torch.tensor(batch)] = pooled(ids.to(device)).float().cpu()
+    model.train(was_training)
+    return out
+
+
 class SentenceEncoderMixin:
     """``encode`` for encoder models whose forward returns ``pooler_output`` as the sentence vector, and a
     ``save_pretrained`` that also writes the sentence-transformers layout."""
@@ -332,49 +421,24 @@ class SentenceEncoderMixin:
         """
         single = isinstance(texts, str)
         texts = [texts] if single else list(texts)
-        limit = self.config.max_position_embeddings
-        encoded = []
-        if texts:
-            encoded = tokenizer(texts, truncation=truncation, max_length=max_length or limit)["input_ids"]
-        too_long = [i for i, ids in enumerate(encoded) if len(ids) > limit]
-        if too_long:
-            raise ValueError(
-                f"{len(too_long)} input(s) exceed max_position_embeddings={limit} tokens (first: text #{too_long[0]}"
-                f" with {len(encoded[too_long[0]])} tokens); pass truncation=True to cut them"
-            )
-        order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i])) if sort_by_length else range(len(encoded))
-        batches, current, width = [], [], 0
-        for i in order:
-            new_width = max(width, len(encoded[i]))
-            if current and (new_width * (len(current) + 1) > max_tokens or len(current) >= batch_size):
-                batches.append(current)
-                current, new_width = [], len(encoded[i])
-            current.append(i)
-            width = new_width
-        if current:
-            batches.append(current)
-
-        device = next(self.parameters()).device
+        encoded = tokenize_for_encoding(tokenizer, texts, self.config.max_position_embeddings, truncation, max_length)
         pad_id = tokenizer.pad_token_id
-        out = torch.empty(len(encoded), self.config.hidden_size, dtype=torch.float32)
-        was_training = self.training
-        self.eval()
-        progress = logging.tqdm(
-            batches,
-            desc="encode",
-            unit="batch",
-            disable=not (len(batches) > 4 if show_progress is None else show_progress),
+
+        def pooled(ids: torch.Tensor) -> torch.Tensor:
+            return self(input_ids=ids, attention_mask=ids.ne(pad_id).long(), pooled_only=True).pooler_output
+
+        out = embed_in_batches(
+            self,
+            pooled,
+            encoded,
+            pad_id,
+            self.config.hidden_size,
+            max_tokens,
+            batch_size,
+            autocast_dtype,
+            sort_by_length,
+            show_progress,
         )
-        for batch in progress:
-            length = max(len(encoded[i]) for i in batch)
-            ids = torch.full((len(batch), length), pad_id, dtype=torch.long)
-            for row, i in enumerate(batch):
-                ids[row, : len(encoded[i])] = torch.tensor(encoded[i])
-            ids = ids.to(device)
-            with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
-                pooled = self(input_ids=ids, attention_mask=ids.ne(pad_id).long(), pooled_only=True).pooler_output
-            out[torch.tensor(batch)] = pooled.float().cpu()
-        self.train(was_training)
         if normalize:
             out = F.normalize(out, dim=-1)
         if single:

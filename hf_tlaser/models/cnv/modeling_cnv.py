@@ -37,11 +37,10 @@ from transformers.utils import ModelOutput, logging
 from .configuration_cnv import CNVConfig
 from .sentence_embedding import (
     centered_pair_cosine,
-    embed_in_batches,
+    encode_texts,
     mean_pairwise_cosine,
     run_rnn,
     sample_negatives,
-    tokenize_for_encoding,
 )
 
 try:  # transformers >= 5 tracks which weights were loaded; older versions use torch.nn.init directly
@@ -369,33 +368,27 @@ class CNVModel(CNVPreTrainedModel):
         ``get_tokenizer(lang)``. Batching as ``hf_tlaser.encode`` (length-sorted, ``max_tokens`` padded tokens).
         """
         self._check_lang(lang)
-        tokenizer = tokenizer or self.get_tokenizer(lang)
-        single = isinstance(texts, str)
-        texts = [texts] if single else list(texts)
-        limit = self.nmt[lang].config.max_position_embeddings
-        encoded = tokenize_for_encoding(tokenizer, texts, limit, truncation, max_length)
-        pad_id = tokenizer.pad_token_id
 
-        def pooled(ids: torch.Tensor) -> torch.Tensor:
-            return self.embed(ids, ids.ne(pad_id).long(), lang)
+        def pooled(ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+            return self.embed(ids, mask, lang)
 
-        out = embed_in_batches(
+        return encode_texts(
             self,
             pooled,
-            encoded,
-            pad_id,
-            self.config.embedding_size,
-            max_tokens,
-            batch_size,
-            autocast_dtype,
-            sort_by_length,
-            show_progress,
+            tokenizer or self.get_tokenizer(lang),
+            texts,
+            limit=self.nmt[lang].config.max_position_embeddings,
+            dim=self.config.embedding_size,
+            max_tokens=max_tokens,
+            batch_size=batch_size,
+            normalize=normalize,
+            convert_to_tensor=convert_to_tensor,
+            truncation=truncation,
+            max_length=max_length,
+            autocast_dtype=autocast_dtype,
+            sort_by_length=sort_by_length,
+            show_progress=show_progress,
         )
-        if normalize:
-            out = F.normalize(out, dim=-1)
-        if single:
-            out = out[0]
-        return out if convert_to_tensor else out.numpy()
 
     def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs) -> None:
         """Save the model, and each language's tokenizer into ``tokenizer_<lang>/``."""

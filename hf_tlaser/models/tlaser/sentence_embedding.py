@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -327,11 +328,34 @@ def run_rnn(rnn: torch.nn.RNNBase, inputs, state=None):
         return rnn(inputs.float(), state)
 
 
-def tokenize_for_encoding(
-    tokenizer, texts: list[str], limit: int, truncation: bool = False, max_length: int | None = None
-) -> list[list[int]]:
-    """Token ids of ``texts``; ValueError naming the first text over ``limit`` (the model's max_position_embeddings)
-    tokens unless ``truncation``."""
+def encode_texts(
+    model: torch.nn.Module,
+    pooled: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    tokenizer,
+    texts: str | list[str],
+    *,
+    limit: int,
+    dim: int,
+    max_tokens: int = 16000,
+    batch_size: int = 512,
+    normalize: bool = False,
+    convert_to_tensor: bool = False,
+    truncation: bool = False,
+    max_length: int | None = None,
+    autocast_dtype: torch.dtype | None = None,
+    sort_by_length: bool = True,
+    show_progress: bool | None = None,
+):
+    """The ``encode`` of every hf_tlaser model: ``texts`` -> float32 numpy [N, dim] in input order (a tensor with
+    ``convert_to_tensor``); a single ``str`` gives one vector [dim], an empty list [0, dim].
+
+    ``pooled(input_ids, attention_mask) -> [b, dim]`` runs in eval mode (``model``'s mode is restored) under
+    autocast to ``autocast_dtype`` (None: off) on right-padded batches, longest first, of rows x padded length
+    <= ``max_tokens`` (at most ``batch_size`` rows). Inputs over ``limit`` tokens (the model's
+    ``max_position_embeddings``) raise ValueError unless ``truncation``.
+    """
+    single = isinstance(texts, str)
+    texts = [texts] if single else list(texts)
     encoded = tokenizer(texts, truncation=truncation, max_length=max_length or limit)["input_ids"] if texts else []
     too_long = [i for i, ids in enumerate(encoded) if len(ids) > limit]
     if too_long:
@@ -339,24 +363,6 @@ def tokenize_for_encoding(
             f"{len(too_long)} input(s) exceed max_position_embeddings={limit} tokens (first: text #{too_long[0]}"
             f" with {len(encoded[too_long[0]])} tokens); pass truncation=True to cut them"
         )
-    return encoded
-
-
-def embed_in_batches(
-    model: torch.nn.Module,
-    pooled,
-    encoded: list[list[int]],
-    pad_id: int,
-    dim: int,
-    max_tokens: int = 16000,
-    batch_size: int = 512,
-    autocast_dtype: torch.dtype | None = None,
-    sort_by_length: bool = True,
-    show_progress: bool | None = None,
-) -> torch.Tensor:
-    """float32 [N, dim] vectors of token-id lists, in input order: ``pooled(ids [b, s]) -> [b, dim]`` runs on
-    right-padded batches of rows x padded length <= ``max_tokens`` (at most ``batch_size`` rows), longest first,
-    in eval mode (``model``'s mode is restored) under autocast to ``autocast_dtype`` (None: off)."""
     order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i])) if sort_by_length else range(len(encoded))
     batches, current, width = [], [], 0
     for i in order:
@@ -369,6 +375,7 @@ def embed_in_batches(
     if current:
         batches.append(current)
     device = next(model.parameters()).device
+    pad_id = tokenizer.pad_token_id
     out = torch.empty(len(encoded), dim, dtype=torch.float32)
     was_training = model.training
     model.eval()
@@ -380,10 +387,15 @@ def embed_in_batches(
             ids = torch.full((len(batch), max(len(encoded[i]) for i in batch)), pad_id, dtype=torch.long)
             for row, i in enumerate(batch):
                 ids[row, : len(encoded[i])] = torch.tensor(encoded[i])
+            ids = ids.to(device)
             with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
-                out[torch.tensor(batch)] = pooled(ids.to(device)).float().cpu()
+                out[torch.tensor(batch)] = pooled(ids, ids.ne(pad_id).long()).float().cpu()
     model.train(was_training)
-    return out
+    if normalize:
+        out = F.normalize(out, dim=-1)
+    if single:
+        out = out[0]
+    return out if convert_to_tensor else out.numpy()
 
 
 class SentenceEncoderMixin:
@@ -396,7 +408,6 @@ class SentenceEncoderMixin:
         if kwargs.get("is_main_process", True):
             add_sentence_transformers_files(save_directory, normalize=None)
 
-    @torch.inference_mode()
     def encode(
         self,
         texts: str | list[str],
@@ -419,31 +430,27 @@ class SentenceEncoderMixin:
         (at most ``batch_size`` rows); the last encoder layer only computes the pooled position. An empty string
         embeds ``STR_TAG </s>``. Inputs longer than ``max_position_embeddings`` raise unless ``truncation=True``.
         """
-        single = isinstance(texts, str)
-        texts = [texts] if single else list(texts)
-        encoded = tokenize_for_encoding(tokenizer, texts, self.config.max_position_embeddings, truncation, max_length)
-        pad_id = tokenizer.pad_token_id
 
-        def pooled(ids: torch.Tensor) -> torch.Tensor:
-            return self(input_ids=ids, attention_mask=ids.ne(pad_id).long(), pooled_only=True).pooler_output
+        def pooled(ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+            return self(input_ids=ids, attention_mask=mask, pooled_only=True).pooler_output
 
-        out = embed_in_batches(
+        return encode_texts(
             self,
             pooled,
-            encoded,
-            pad_id,
-            self.config.hidden_size,
-            max_tokens,
-            batch_size,
-            autocast_dtype,
-            sort_by_length,
-            show_progress,
+            tokenizer,
+            texts,
+            limit=self.config.max_position_embeddings,
+            dim=self.config.hidden_size,
+            max_tokens=max_tokens,
+            batch_size=batch_size,
+            normalize=normalize,
+            convert_to_tensor=convert_to_tensor,
+            truncation=truncation,
+            max_length=max_length,
+            autocast_dtype=autocast_dtype,
+            sort_by_length=sort_by_length,
+            show_progress=show_progress,
         )
-        if normalize:
-            out = F.normalize(out, dim=-1)
-        if single:
-            out = out[0]
-        return out if convert_to_tensor else out.numpy()
 
 
 @dataclass

@@ -34,11 +34,40 @@ def truncate_words(texts: list[str], max_words: int) -> tuple[list[str], int]:
     return out, cut
 
 
+PER_LANGUAGE_MODELS = ("cnv",)
+"""``model_type`` of models with one encoder and tokenizer per language: ``encode`` needs their ``lang``."""
+
+
+def model_languages(model_or_config) -> list[str] | None:
+    """The languages of a model (or its config, a dict or a ``PretrainedConfig``) with one encoder per language
+    (cNV), else None: multilingual encoders read every language the same way."""
+    config = getattr(model_or_config, "config", model_or_config)
+    get = config.get if isinstance(config, dict) else lambda key: getattr(config, key, None)
+    return list(get("languages") or []) if get("model_type") in PER_LANGUAGE_MODELS else None
+
+
+def check_language(model: torch.nn.Module, lang: str | None) -> None:
+    """``ValueError`` unless ``lang`` suits ``model``: one of its languages for a per-language model (cNV), None
+    for any other."""
+    languages = model_languages(model)
+    if languages is None and lang is not None:
+        raise ValueError(
+            f"lang={lang!r} was given, but {type(model).__name__} has one encoder for every language; leave lang out"
+        )
+    if languages is not None and lang not in languages:
+        given = "no lang was given" if lang is None else f"unknown lang {lang!r}"
+        raise ValueError(
+            f"{given}: this {model.config.model_type} model embeds each language through its own encoder; "
+            f"pass lang= one of {', '.join(languages)}"
+        )
+
+
 def encode(
     model: torch.nn.Module,
     tokenizer,
     texts: str | list[str],
     *,
+    lang: str | None = None,
     max_tokens: int = 16000,
     batch_size: int = 512,
     normalize: bool = False,
@@ -52,7 +81,12 @@ def encode(
     max_words: int | None = 750,
     truncation: bool = False,
 ) -> np.ndarray | torch.Tensor:
-    """Embed ``texts`` with an hf_tlaser encoder (``TLaserModel``, ``LaserModel`` or a ``*ForTranslation`` model).
+    """Embed ``texts`` with an hf_tlaser encoder (``TLaserModel``, ``LaserModel``, a ``*ForTranslation`` model or a
+    bilingual ``CNVModel``).
+
+    A cNV model embeds each language through its own encoder: ``lang`` (one of ``model.languages``) is required and
+    every text must be in it; ``tokenizer`` may be None (then ``model.get_tokenizer(lang)``). Other models read
+    every language with one encoder and take no ``lang`` (``ValueError`` if given).
 
     Inputs are sorted by length and batched by a token budget (``max_tokens`` padded tokens, at most
     ``batch_size`` rows), and returned in input order as float32 numpy [N, d] (or a tensor with
@@ -70,7 +104,10 @@ def encode(
     """
     if documents and document_mode not in DOCUMENT_MODES:
         raise ValueError(f"document_mode={document_mode!r}; expected one of {DOCUMENT_MODES}")
-    encoder = getattr(model, "encoder", model)
+    check_language(model, lang)
+    encoder = model if lang is not None else getattr(model, "encoder", model)
+    if lang is not None and tokenizer is None:
+        tokenizer = model.get_tokenizer(lang)
     device = torch.device(device) if device is not None else default_device()
     encoder.to(device)
     if autocast_dtype is ...:
@@ -83,6 +120,8 @@ def encode(
         truncation=truncation,
         convert_to_tensor=True,
     )
+    if lang is not None:
+        options["lang"] = lang
     single = isinstance(texts, str)
     texts = [texts] if single else list(texts)
     if documents and document_mode == "whole" and max_words is not None:

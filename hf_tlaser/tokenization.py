@@ -4,6 +4,9 @@ Every encoded input is ``STR_TAG text </s>``: STR_TAG is the CLS-like token whos
 sentence embedding (Li & Mak 2020, sec. 2). Characters the BPE never saw (a script absent from the training text)
 fall back to their UTF-8 bytes, the 256 ``<0xNN>`` tokens after the special tokens (as sentencepiece/Llama do),
 instead of one ``<unk>`` each: different Chinese sentences keep different ids.
+
+``style="marian"`` builds the tokenizer of a bilingual Marian/opus-mt style NMT model instead (the cNV family's NMT
+pair): ``text </s>``, no STR_TAG (neither in the vocabulary nor in the encoding), pad/unk/eos at ids 0..2.
 """
 
 from __future__ import annotations
@@ -28,13 +31,20 @@ logger = logging.getLogger(__name__)
 PAD, UNK, EOS, STR_TAG = "<pad>", "<unk>", "</s>", "STR_TAG"
 SPECIAL_TOKENS = [PAD, UNK, EOS, STR_TAG]  # ids 0..3, matching the model configs' defaults
 BYTE_TOKENS = [f"<0x{byte:02X}>" for byte in range(256)]  # ids 4..259 with byte fallback
+STYLES = ("laser", "marian")
+"""``laser``: ``STR_TAG text </s>`` (the sentence encoders); ``marian``: ``text </s>`` (a bilingual NMT model)."""
 
 
-def _add_byte_fallback(tokenizer: Tokenizer) -> Tokenizer:
-    """The trained BPE with the 256 byte tokens inserted after the special tokens (learned ids shift by 256) and
-    ``byte_fallback`` on; the merges, hence the tokenization of text the BPE saw, are unchanged."""
+def _special_tokens(style: str) -> list[str]:
+    if style not in STYLES:
+        raise ValueError(f"unknown tokenizer style {style!r}; expected one of {STYLES}")
+    return SPECIAL_TOKENS if style == "laser" else SPECIAL_TOKENS[:3]
+
+
+def _add_byte_fallback(tokenizer: Tokenizer, first: int = len(SPECIAL_TOKENS)) -> Tokenizer:
+    """The trained BPE with the 256 byte tokens inserted after the ``first`` special tokens (learned ids shift by
+    256) and ``byte_fallback`` on; the merges, hence the tokenization of text the BPE saw, are unchanged."""
     data = json.loads(tokenizer.to_str())
-    first = len(SPECIAL_TOKENS)
     vocab = {token: i if i < first else i + len(BYTE_TOKENS) for token, i in data["model"]["vocab"].items()}
     vocab.update({token: first + byte for byte, token in enumerate(BYTE_TOKENS)})
     data["model"].update(vocab=vocab, byte_fallback=True)
@@ -43,9 +53,23 @@ def _add_byte_fallback(tokenizer: Tokenizer) -> Tokenizer:
     return with_bytes
 
 
-def build_tokenizer(tokenizer: Tokenizer) -> PreTrainedTokenizerFast:
-    """Wrap a trained ``tokenizers.Tokenizer`` whose vocabulary starts with SPECIAL_TOKENS."""
-    str_tag, eos = tokenizer.token_to_id(STR_TAG), tokenizer.token_to_id(EOS)
+def build_tokenizer(tokenizer: Tokenizer, style: str = "laser") -> PreTrainedTokenizerFast:
+    """Wrap a trained ``tokenizers.Tokenizer`` whose vocabulary starts with the special tokens of ``style``
+    (SPECIAL_TOKENS; without STR_TAG for ``"marian"``)."""
+    eos = tokenizer.token_to_id(EOS)
+    if _special_tokens(style) != SPECIAL_TOKENS:  # marian: "text </s>", as MarianTokenizer encodes
+        tokenizer.post_processor = processors.TemplateProcessing(
+            single=f"$A {EOS}", pair=f"$A $B:1 {EOS}:1", special_tokens=[(EOS, eos)]
+        )
+        return PreTrainedTokenizerFast(
+            tokenizer_object=tokenizer,
+            pad_token=PAD,
+            unk_token=UNK,
+            eos_token=EOS,
+            padding_side="right",
+            model_max_length=2048,
+        )
+    str_tag = tokenizer.token_to_id(STR_TAG)
     tokenizer.post_processor = processors.TemplateProcessing(
         single=f"{STR_TAG} $A {EOS}",
         pair=f"{STR_TAG} $A {EOS} $B:1 {EOS}:1",
@@ -72,16 +96,19 @@ def train_tokenizer(
     model_max_length: int = 2048,
     show_progress: bool = True,
     byte_fallback: bool = True,
+    style: str = "laser",
 ) -> PreTrainedTokenizerFast:
     """Train one joint BPE over ``files`` (plain or .gz, one sentence per line) and/or ``texts``.
 
     NFKC normalisation, optional lowercasing (on by default, as in LASER), whitespace/punctuation-aware
     pre-tokenisation with reversible word-boundary markers. Empty lines are skipped; UsageError if nothing is left.
     ``byte_fallback`` adds the 256 byte tokens (ids 4..259; the vocabulary grows to ``vocab_size + 256``) so that
-    unseen characters become bytes instead of ``<unk>``.
+    unseen characters become bytes instead of ``<unk>``. ``style``: one of STYLES (``"marian"``: ``text </s>``
+    without STR_TAG, byte tokens at ids 3..258).
     """
     if files is None and texts is None:
         raise ValueError("train_tokenizer needs files or texts")
+    special_tokens = _special_tokens(style)
     norm = [normalizers.NFKC()] + ([normalizers.Lowercase()] if lowercase else [])
     tokenizer = Tokenizer(models.BPE(unk_token=UNK))
     tokenizer.normalizer = normalizers.Sequence(norm)
@@ -90,7 +117,7 @@ def train_tokenizer(
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
         min_frequency=min_frequency,
-        special_tokens=SPECIAL_TOKENS,
+        special_tokens=special_tokens,
         show_progress=show_progress,
     )
 
@@ -109,15 +136,16 @@ def train_tokenizer(
         sources = ", ".join(map(str, files or ())) or "the given texts"
         raise UsageError(f"no text to train the tokenizer on: only empty or blank lines in {sources}")
     if byte_fallback:
-        tokenizer = _add_byte_fallback(tokenizer)
-    wrapped = build_tokenizer(tokenizer)
+        tokenizer = _add_byte_fallback(tokenizer, len(special_tokens))
+    wrapped = build_tokenizer(tokenizer, style)
     wrapped.model_max_length = model_max_length
     logger.info(
-        "trained joint BPE with %d tokens on %d lines (lowercase=%s, byte_fallback=%s)",
+        "trained joint BPE with %d tokens on %d lines (lowercase=%s, byte_fallback=%s, style=%s)",
         len(wrapped),
         seen,
         lowercase,
         byte_fallback,
+        style,
     )
     return wrapped
 

@@ -1,12 +1,14 @@
-"""Small-scale reproduction of the paper's Table 4 (and Table 6 with ``--bilingual``).
+"""Small-scale reproduction of the T-LASER paper's Table 4 (Table 6: ``--bilingual``) and of NV vs cNV (``--cnv``).
 
-Trains ``tlaser``, ``ctlaser``, ``laser6`` and ``claser6`` (or T-LASER vs cT-LASER on en-es/es-en only) on the same
+Trains ``tlaser``, ``ctlaser``, ``laser6`` and ``claser6`` (``--bilingual``: T-LASER vs cT-LASER on en-es/es-en
+only; ``--cnv``: ``nv`` and ``cnv`` on en-de, where ``nv`` is ``--model cnv`` with ``distance_beta=0``) on the same
 data for the same number of updates with the same seed, evaluates each next to the same architecture at random init
 and the tfidf-char lexical baseline (SIB-200 zero-shot transfer with LASER's classifier protocol, NTREX-128
-retrieval), and writes markdown tables. ``--budget-minutes`` is only a safety stop per model.
+retrieval; a cNV model on its own two languages), and writes markdown tables. ``--budget-minutes`` is only a safety
+stop per model.
 
-    python scripts/reproduce.py --updates 800 [--preset tiny] [--bilingual] [--precision auto|fp32|bf16|fp16]
-        [--output runs/reproduce]
+    python scripts/reproduce.py --updates 800 [--preset tiny] [--bilingual | --cnv]
+        [--precision auto|fp32|bf16|fp16] [--output runs/reproduce]
 
 ``--precision`` goes to training and evaluation alike; ``auto`` picks what is fast on this hardware (bf16 only on
 CUDA or a CPU with native bf16, else fp16 on CUDA or fp32).
@@ -19,15 +21,43 @@ import json
 import platform
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from hf_tlaser.evaluation.cli import evaluate_model
+from hf_tlaser.evaluation.readers import LANGS
 from hf_tlaser.evaluation.report import markdown_table
 from hf_tlaser.hardware import PRECISIONS, cpu_capability, cpu_model, resolve_precision
 from hf_tlaser.training.cli import parse_args, train
+from hf_tlaser.training.presets import MODELS
+
+
+@dataclass(frozen=True)
+class Setting:
+    """Which models train on which pairs; ``languages`` are the ones they are evaluated on."""
+
+    title: str
+    models: tuple[str, ...]
+    pairs: str
+    languages: tuple[str, ...] = LANGS
+
+
+SETTINGS = {
+    "table4": Setting(
+        "8 pairs (Table 4 setting)",
+        ("tlaser", "ctlaser", "laser6", "claser6"),
+        "de-en,de-es,en-es,es-en,fr-en,fr-es,it-en,it-es",
+    ),
+    "bilingual": Setting("bilingual en-es/es-en (Table 6 setting)", ("tlaser", "ctlaser"), "en-es,es-en"),
+    "cnv": Setting("NV vs cNV on en-de (the cNV paper's comparison)", ("nv", "cnv"), "en-de", ("en", "de")),
+}
+MODEL_ARGS = {"nv": ["--model", "cnv", "--set", "distance_beta=0"]}
+"""`hf-tlaser train` flags of the models that are a setting of another (default: ``--model NAME``)."""
+PER_LANGUAGE = ("cnv", "nv")
+"""Models with their own tokenizer per language (from their NMT pair), so no joint BPE is shared with them."""
 
 
 def mean_xsim(result: dict, name: str = "ntrex128", margin: str = "ratio") -> float:
@@ -35,29 +65,45 @@ def mean_xsim(result: dict, name: str = "ntrex128", margin: str = "ratio") -> fl
     return float(np.nanmean(matrix))
 
 
+def _nmt_pair_of(out: Path, setting: Setting) -> tuple[Path, Path] | None:
+    """The NMT pair (a->b, b->a folders) that an earlier per-language model of this run trained, if any."""
+    a, b = setting.pairs.split(",")[0].split("-")
+    for model in setting.models:
+        pair = (out / model / f"nmt-{a}-{b}", out / model / f"nmt-{b}-{a}")
+        if model in PER_LANGUAGE and all((folder / "config.json").is_file() for folder in pair):
+            return pair
+    return None
+
+
 def run(args: argparse.Namespace) -> None:
     out = Path(args.output)
-    all_models = ["tlaser", "ctlaser"] if args.bilingual else ["tlaser", "ctlaser", "laser6", "claser6"]
-    models = args.models or all_models
-    pairs = "en-es,es-en" if args.bilingual else "de-en,de-es,en-es,es-en,fr-en,fr-es,it-en,it-es"
+    setting = SETTINGS[args.setting]
+    bpe_models = [m for m in setting.models if m not in PER_LANGUAGE]
+    models = args.models or list(setting.models)
     precision = resolve_precision(args.precision)  # warns once, up front, where the choice will be slow
     out.mkdir(parents=True, exist_ok=True)
     saved = out / "results.json"
     records = json.loads(saved.read_text()) if saved.exists() else {}  # earlier models of the same run
-    tokenizer = next((out / m for m in all_models if (out / m / "tokenizer.json").exists()), None)
+    tokenizer = next((out / m for m in bpe_models if (out / m / "tokenizer.json").exists()), None)
+    nmt = _nmt_pair_of(out, setting)  # NV and cNV start from one NMT pair: the only difference is beta
     for model in models:
         folder = out / model
         train_args = [
-            "--model", model, "--preset", args.preset, "--pairs", pairs, "--output-dir", str(folder),
+            *MODEL_ARGS.get(model, ["--model", model]), "--preset", args.preset, "--pairs", setting.pairs,
+            "--output-dir", str(folder),
             "--max-steps", str(args.updates), "--max-minutes", str(args.budget_minutes), "--seed", str(args.seed),
             "--save-steps", "1000000", "--logging-steps", "20", "--precision", args.precision, *args.train_args,
         ]  # fmt: skip
-        if tokenizer is not None and tokenizer != folder:  # one joint BPE for all models, as in the paper
+        shares_bpe = model not in PER_LANGUAGE
+        if shares_bpe and tokenizer is not None and tokenizer != folder:  # one joint BPE for all models, as the paper
             train_args += ["--tokenizer", str(tokenizer)]
+        if model in PER_LANGUAGE and nmt is not None:
+            train_args += ["--nmt-pair", ",".join(map(str, nmt))]
         start = time.monotonic()
         trainer = train(parse_args(train_args))
         minutes = (time.monotonic() - start) / 60
-        tokenizer = tokenizer or folder
+        tokenizer = tokenizer or (folder if shares_bpe else None)
+        nmt = nmt or _nmt_pair_of(out, setting)
         history = [e for e in trainer.state.log_history if "tokens_per_second" in e]
         tps = float(np.median([e["tokens_per_second"] for e in history[1:]] or [0.0]))
         result = evaluate_model(  # one call: the model, then the random-init and tfidf-char reference rows
@@ -89,15 +135,17 @@ def run(args: argparse.Namespace) -> None:
         )
     table = markdown_table(["model", "weights", "updates", "SIB-200 cross", "same", "all", "target tok/s"], rows)
     retrieval = markdown_table(["model", "weights", "NTREX xsim err % (cosine)", "(margin ratio)"], retrieval_rows)
-    setting = "bilingual en-es/es-en (Table 6 setting)" if args.bilingual else "8 pairs (Table 4 setting)"
+    n = len(setting.languages)
     text = (
-        f"## Reproduction: {setting}, preset `{args.preset}`, {args.updates} updates per model, seed {args.seed}\n\n"
+        f"## Reproduction: {setting.title}, preset `{args.preset}`, {args.updates} updates per model, "
+        f"seed {args.seed}\n\n"
         f"Command: `python scripts/reproduce.py {' '.join(args.argv)}`\n\n"
         f"Machine: {cpu_model()} ({cpu_capability() or platform.machine()}), {torch.get_num_threads()} threads, "
         f"torch {torch.__version__}; precision {precision.precision} ({precision.reason}).\n\n"
         f"SIB-200 zero-shot transfer accuracy (%), LASER's MLDoc classifier protocol, mean ± std over {args.seeds} "
-        f"classifier seeds (cross = train on one language, test on the 4 others; same = diagonal):\n\n{table}\n\n"
-        f"NTREX-128 retrieval, mean xsim error over the 20 language directions:\n\n{retrieval}\n"
+        f"classifier seeds (cross = train on one language, test on the {n - 1} other(s); same = diagonal):\n\n"
+        f"{table}\n\nNTREX-128 retrieval, mean xsim error over the {n * (n - 1)} language directions "
+        f"({', '.join(setting.languages)}):\n\n{retrieval}\n"
     )
     (out / "results.md").write_text(text)
     print(text)
@@ -108,13 +156,30 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--updates", type=int, default=800, help="optimizer updates per model")
     parser.add_argument("--budget-minutes", type=float, default=60.0, help="safety stop per model (wall-clock)")
     parser.add_argument("--preset", default="tiny", choices=["tiny", "small"])
-    parser.add_argument("--bilingual", action="store_true", help="Table 6: en-es/es-en only, T-LASER vs cT-LASER")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument(
+        "--bilingual",
+        dest="setting",
+        action="store_const",
+        const="bilingual",
+        help="Table 6: en-es/es-en only, T-LASER vs cT-LASER",
+    )
+    which.add_argument(
+        "--cnv", dest="setting", action="store_const", const="cnv", help="NV vs cNV on en-de (the cNV paper)"
+    )
+    parser.set_defaults(setting="table4")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--seeds", type=int, default=3, help="classifier seeds")
     parser.add_argument("--precision", choices=PRECISIONS, default="auto", help="training and evaluation precision")
     parser.add_argument("--bf16", dest="precision", action="store_const", const="bf16", help="same as --precision bf16")
     parser.add_argument("--output", default="runs/reproduce")
-    parser.add_argument("--models", nargs="+", default=None, help="train only these (results of others are kept)")
+    parser.add_argument(
+        "--models",
+        nargs="+",
+        default=None,
+        choices=[*MODELS, *MODEL_ARGS],
+        help="train only these (results of others are kept)",
+    )
     parser.add_argument("train_args", nargs=argparse.REMAINDER, help="extra `hf-tlaser train` flags after --")
     args = parser.parse_args(argv)
     args.train_args = [a for a in args.train_args if a != "--"]

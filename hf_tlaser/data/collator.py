@@ -17,6 +17,14 @@ def count_target_tokens(batch: dict[str, torch.Tensor]) -> int:
     return int((batch["labels"] != IGNORE_INDEX).sum())
 
 
+def pad_labels(sequences: Sequence[Sequence[int]]) -> torch.Tensor:
+    """Token id sequences -> ``[N, longest]`` LongTensor, right-padded with -100."""
+    labels = torch.full((len(sequences), max(map(len, sequences))), IGNORE_INDEX, dtype=torch.long)
+    for i, seq in enumerate(sequences):
+        labels[i, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+    return labels
+
+
 class TranslationCollator:
     """Tokenize micro-batches into the batch contract.
 
@@ -61,14 +69,12 @@ class TranslationCollator:
 
     def _labels(self, texts: list[str]) -> torch.Tensor:
         limit = None if self.max_length is None else self.max_length - 1
-        ids = [
-            seq[:limit] + [self.tokenizer.eos_token_id]
-            for seq in self.tokenizer(texts, add_special_tokens=False)["input_ids"]
-        ]
-        labels = torch.full((len(ids), max(map(len, ids))), IGNORE_INDEX, dtype=torch.long)
-        for i, seq in enumerate(ids):
-            labels[i, : len(seq)] = torch.tensor(seq, dtype=torch.long)
-        return labels
+        return pad_labels(
+            [
+                seq[:limit] + [self.tokenizer.eos_token_id]
+                for seq in self.tokenizer(texts, add_special_tokens=False)["input_ids"]
+            ]
+        )
 
     def __call__(self, examples: list[dict[str, str | None]]) -> dict[str, torch.Tensor]:
         if not examples:
@@ -125,4 +131,101 @@ class TranslationCollator:
             "src_index": pairs[:, 0].clone(),
             "pair_index": pairs,
             "group_index": torch.tensor(group_index, dtype=torch.long),
+        }
+
+
+def _seq2seq_encode(
+    tokenizer: PreTrainedTokenizerBase, texts: list[str], max_length: int | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Source side of a seq2seq model (its tokenizer's own format, e.g. ``tokens </s>``), right-padded."""
+    enc = tokenizer(
+        texts,
+        padding=True,
+        padding_side="right",
+        truncation=max_length is not None,
+        max_length=max_length,
+        return_tensors="pt",
+    )
+    return enc["input_ids"], enc["attention_mask"]
+
+
+def _seq2seq_targets(tokenizer: PreTrainedTokenizerBase, texts: list[str], max_length: int | None) -> list[list[int]]:
+    """Target side of a seq2seq model: ``tokenizer(text_target=...)`` (``tokens </s>`` for Marian; a tokenizer with
+    separate target vocabulary switches to it), unpadded."""
+    enc = tokenizer(text_target=texts, truncation=max_length is not None, max_length=max_length)
+    return enc["input_ids"]
+
+
+def _texts_by_language(examples: list[dict[str, str | None]], languages: Sequence[str]) -> dict[str, list[str]]:
+    """Pair-mode items (``src_lang``/``tgt_lang`` a->b or b->a) -> ``{a: texts, b: texts}``, row-aligned."""
+    if not examples:
+        raise ValueError("empty micro-batch")
+    out: dict[str, list[str]] = {lang: [] for lang in languages}
+    for ex in examples:
+        if {ex["src_lang"], ex["tgt_lang"]} != set(languages):
+            raise ValueError(f"item of pair {ex['src_lang']}-{ex['tgt_lang']}; this collator joins {list(languages)}")
+        out[ex["src_lang"]].append(ex["src"])
+        out[ex["tgt_lang"]].append(ex["tgt"])
+    return out
+
+
+class Seq2SeqCollator:
+    """Pair-mode items of one direction src->tgt -> the batch of a Hugging Face seq2seq model (e.g.
+    ``MarianMTModel``): ``input_ids``/``attention_mask`` [B, S] (the tokenizer's source format, right-padded),
+    ``labels`` [B, L] (``tokenizer(text_target=...)``, ``tokens </s>``, -100 padded). The model shifts the labels
+    into ``decoder_input_ids`` itself."""
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, max_length: int | None = None) -> None:
+        self.tokenizer, self.max_length = tokenizer, max_length
+
+    def __call__(self, examples: list[dict[str, str | None]]) -> dict[str, torch.Tensor]:
+        if not examples:
+            raise ValueError("empty micro-batch")
+        input_ids, attention_mask = _seq2seq_encode(self.tokenizer, [ex["src"] for ex in examples], self.max_length)
+        labels = pad_labels(_seq2seq_targets(self.tokenizer, [ex["tgt"] for ex in examples], self.max_length))
+        return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+
+
+class CNVCollator:
+    """Pair-mode items of the pair (a, b) (either direction) -> the batch of ``CNVModel``.
+
+    With ``tok_ab`` the a->b NMT model's tokenizer and ``tok_ba`` the b->a one's, for B aligned pairs:
+    ``input_ids_a``/``attention_mask_a`` [B, S_a]: the a sentences by ``tok_ab`` (source format);
+    ``input_ids_b``/``attention_mask_b`` [B, S_b]: the b sentences by ``tok_ba``;
+    ``labels`` [2B, L], -100 padded: rows 0..B-1 the b sentences by ``tok_ab`` (target format ``tokens </s>``, what
+    the a->b decoder predicts), rows B..2B-1 the a sentences by ``tok_ba``. Both directions sit in one ``labels``
+    so that the Trainer's ``num_items_in_batch`` counts every target token of the update.
+    """
+
+    def __init__(
+        self,
+        tokenizer_a_to_b: PreTrainedTokenizerBase,
+        tokenizer_b_to_a: PreTrainedTokenizerBase,
+        languages: Sequence[str],
+        max_length: int | None = None,
+    ) -> None:
+        """``languages``: ``[a, b]``; ``max_length`` truncates sentences (default: none)."""
+        if len(languages) != 2 or languages[0] == languages[1]:
+            raise ValueError(f"languages={list(languages)}: expected two different languages [a, b]")
+        for name, tok in (("tokenizer_a_to_b", tokenizer_a_to_b), ("tokenizer_b_to_a", tokenizer_b_to_a)):
+            if tok.eos_token_id is None:
+                raise ValueError(f"{name} has no eos_token (expected '</s>')")
+        self.tokenizers = (tokenizer_a_to_b, tokenizer_b_to_a)
+        self.languages, self.max_length = list(languages), max_length
+
+    def __call__(self, examples: list[dict[str, str | None]]) -> dict[str, torch.Tensor]:
+        a, b = self.languages
+        tok_ab, tok_ba = self.tokenizers
+        texts = _texts_by_language(examples, self.languages)
+        input_ids_a, attention_mask_a = _seq2seq_encode(tok_ab, texts[a], self.max_length)
+        input_ids_b, attention_mask_b = _seq2seq_encode(tok_ba, texts[b], self.max_length)
+        targets = _seq2seq_targets(tok_ab, texts[b], self.max_length) + _seq2seq_targets(
+            tok_ba, texts[a], self.max_length
+        )
+        return {
+            "input_ids_a": input_ids_a,
+            "attention_mask_a": attention_mask_a,
+            "input_ids_b": input_ids_b,
+            "attention_mask_b": attention_mask_b,
+            "labels": pad_labels(targets),
         }

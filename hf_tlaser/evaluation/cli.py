@@ -1,6 +1,7 @@
 """``hf-tlaser evaluate MODEL_DIR``: LASER's evaluation protocols on a saved model.
 
-Writes a markdown report, ``results.json`` and PNG plots to MODEL_DIR/eval. The model's scores sit in one table
+Writes a markdown report, ``results.json`` and PNG plots to MODEL_DIR/eval. A bilingual cNV model is evaluated on
+its two languages, each embedded through its own encoder and tokenizer. The model's scores sit in one table
 with reference rows computed on the same sentences with the same protocol: the same architecture at random init,
 the ``tfidf-char`` lexical baseline and, for classification, the majority class.
 """
@@ -18,13 +19,22 @@ import torch
 from transformers import AutoModel, AutoTokenizer
 
 import hf_tlaser
+from hf_tlaser.encoding import model_languages
 from hf_tlaser.errors import UsageError
 from hf_tlaser.evaluation.classifier import ClassifierConfig
 from hf_tlaser.evaluation.lexical import NAME as LEXICAL_NAME
 from hf_tlaser.evaluation.provenance import check_model_folder, describe_model
-from hf_tlaser.evaluation.readers import laser_mldoc_cleanup
+from hf_tlaser.evaluation.readers import LANGS, laser_mldoc_cleanup
 from hf_tlaser.evaluation.report import about_table, summary_table
-from hf_tlaser.evaluation.suite import RETRIEVAL_SETS, SUITES, Reference, lexical_reference, run_suite
+from hf_tlaser.evaluation.suite import (
+    RETRIEVAL_SETS,
+    SUITES,
+    Reference,
+    evaluation_languages,
+    lexical_reference,
+    retrieval_sets_for,
+    run_suite,
+)
 from hf_tlaser.hardware import PRECISIONS, default_device, resolve_precision
 
 RANDOM_INIT = "random init"
@@ -33,12 +43,20 @@ DOCUMENT_WORDS = 750
 
 
 def load_encoder(model_dir: str | Path, random_init: bool = False) -> tuple[torch.nn.Module, object]:
-    """The encoder and tokenizer of a saved model folder (``random_init``: same architecture, fresh weights)."""
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    """The encoder and tokenizer of a saved model folder (``random_init``: same architecture, fresh weights).
+
+    A cNV folder gives the model and None: its per-language tokenizers come with it (``model.get_tokenizer``); at
+    random init every weight is fresh, the NMT encoders' too, and the saved tokenizers are kept.
+    """
     model = AutoModel.from_pretrained(model_dir)
+    languages = model_languages(model)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir) if languages is None else None
     if random_init:
         torch.manual_seed(0)
-        model = type(model)(model.config)
+        fresh = type(model)(model.config)
+        if languages is not None:
+            fresh.tokenizers.update({lang: model.get_tokenizer(lang) for lang in languages})
+        model = fresh
     return model.eval(), tokenizer
 
 
@@ -48,6 +66,8 @@ class EncoderEmbed:
 
     Sentences are embedded as they are (inputs over the model's length limit are truncated). Documents (MLDoc) are
     embedded whole: T-LASER's cut to their first 750 words, LASER's after the clean-up of LASER's ``mldoc.sh``.
+    A model with one encoder per language (cNV) is ``per_language``: it takes the language of each text and embeds
+    every language through its own encoder (``tokenizer`` None: the model's own per-language tokenizers).
     """
 
     model: torch.nn.Module
@@ -56,27 +76,45 @@ class EncoderEmbed:
     autocast_dtype: torch.dtype | None = None
     max_tokens: int = 16000
 
-    def _encode(self, texts: list[str], **options) -> np.ndarray:
-        return hf_tlaser.encode(
-            self.model,
-            self.tokenizer,
-            texts,
-            max_tokens=self.max_tokens,
-            truncation=True,
-            autocast_dtype=self.autocast_dtype,
-            device=self.device,
-            **options,
-        )
+    @property
+    def per_language(self) -> bool:
+        """Whether the model needs the language of each text (one encoder per language)."""
+        return model_languages(self.model) is not None
 
-    def __call__(self, texts: list[str]) -> np.ndarray:
-        return self._encode(texts)
+    def _encode(self, texts: list[str], langs: list[str] | None = None, **options) -> np.ndarray:
+        def run(batch: list[str], **lang) -> np.ndarray:
+            return hf_tlaser.encode(
+                self.model,
+                self.tokenizer,
+                batch,
+                max_tokens=self.max_tokens,
+                truncation=True,
+                autocast_dtype=self.autocast_dtype,
+                device=self.device,
+                **lang,
+                **options,
+            )
 
-    def embed_documents(self, texts: list[str]) -> np.ndarray:
+        if langs is None:
+            return run(texts)
+        rows = {lang: [i for i, text_lang in enumerate(langs) if text_lang == lang] for lang in dict.fromkeys(langs)}
+        parts = {lang: run([texts[i] for i in where], lang=lang) for lang, where in rows.items()}
+        if not parts:
+            return run([], lang=model_languages(self.model)[0])
+        out = np.empty((len(texts), next(iter(parts.values())).shape[1]), dtype=np.float32)
+        for lang, where in rows.items():
+            out[where] = parts[lang]
+        return out
+
+    def __call__(self, texts: list[str], langs: list[str] | None = None) -> np.ndarray:
+        return self._encode(texts, langs)
+
+    def embed_documents(self, texts: list[str], langs: list[str] | None = None) -> np.ndarray:
         """Whole-document vectors (see the class docstring)."""
         if self.model.config.model_type == "laser":
             cleaned = [laser_mldoc_cleanup(t) for t in texts]
-            return self._encode(cleaned, documents=True, document_mode="whole", max_words=None)
-        return self._encode(texts, documents=True, document_mode="whole", max_words=DOCUMENT_WORDS)
+            return self._encode(cleaned, langs, documents=True, document_mode="whole", max_words=None)
+        return self._encode(texts, langs, documents=True, document_mode="whole", max_words=DOCUMENT_WORDS)
 
 
 def summarize(results: dict) -> str:
@@ -94,7 +132,7 @@ def evaluate_model(
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4),
     epochs: int = 500,
     projection: str | None = "tsne",
-    retrieval_sets: tuple[str, ...] = tuple(RETRIEVAL_SETS),
+    retrieval_sets: tuple[str, ...] | None = None,
     random_init: bool = False,
     references: bool = True,
     max_tokens: int = 16000,
@@ -104,9 +142,18 @@ def evaluate_model(
 
     ``references`` adds the random-init architecture (unless ``random_init``: then it is the evaluated row) and the
     ``tfidf-char`` lexical baseline as rows of the same tables. ``precision`` (auto/fp32/bf16/fp16) is resolved for
-    the default device (CUDA, MPS or CPU) and recorded in the results.
+    the default device (CUDA, MPS or CPU) and recorded in the results. ``retrieval_sets``: None runs every set with
+    two of the evaluated languages.
+
+    A bilingual cNV model is evaluated on its own two languages only (``UsageError`` unless both are evaluation
+    languages; a named retrieval set without both is one too), each text through the encoder of its language;
+    classification ``cross`` is then train on one language, test on the other. Its random-init row has every weight
+    fresh, the NMT pair's included, so it measures the architecture, not the pretrained translation models.
     """
-    check_model_folder(model_dir)
+    config = check_model_folder(model_dir)
+    model_langs = model_languages(config)
+    langs = LANGS if model_langs is None else evaluation_languages(model_langs)
+    retrieval_sets = retrieval_sets_for(langs, retrieval_sets) if "retrieval" in suites else ()
     device = default_device()
     choice = resolve_precision(precision, device)
 
@@ -121,14 +168,16 @@ def evaluate_model(
         precision=choice.to_dict(),
         device=str(device),
     )
+    if model_langs is not None:
+        left_out = [lang for lang in LANGS if lang not in langs]
+        about["evaluation_languages"] = f"{', '.join(langs)} (the model's; not {', '.join(left_out)})"
     rows: dict[str, Reference] = {}
     if references and not random_init:
         untrained = embedder(True)
-        rows[RANDOM_INIT] = Reference(
-            f"{RANDOM_INIT} (reference)",
-            "the same architecture with untrained (random) weights, encoded the same way",
-            lambda suite: untrained,
-        )
+        random_about = "the same architecture with untrained (random) weights, encoded the same way"
+        if model_langs is not None:
+            random_about += " (every weight random, the NMT encoders' too: not the pretrained NMT pair)"
+        rows[RANDOM_INIT] = Reference(f"{RANDOM_INIT} (reference)", random_about, lambda suite: untrained)
     if references:
         rows[LEXICAL_NAME] = lexical_reference()
     state = Path(model_dir) / "trainer_state.json"
@@ -141,6 +190,7 @@ def evaluate_model(
         seeds=seeds,
         config=ClassifierConfig(epochs=epochs),
         retrieval_sets=retrieval_sets,
+        langs=langs,
         projection=projection,
         trainer_state=state if state.exists() and not random_init else None,
         title=f"{Path(model_dir).name}: evaluation",
@@ -167,9 +217,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--retrieval-sets",
         nargs="+",
         choices=list(RETRIEVAL_SETS),
-        default=list(RETRIEVAL_SETS),
         metavar="SET",
-        help=f"xsim sets, one or more of: {', '.join(RETRIEVAL_SETS)} (default: all)",
+        help=f"xsim sets, one or more of: {', '.join(RETRIEVAL_SETS)} (default: every set with two of the "
+        "evaluated languages: all for a multilingual model)",
     )
     parser.add_argument("--output-dir", help="where to write (default: MODEL_DIR/eval)")
     parser.add_argument("--data-dir", help="corpora folder (default: $HF_TLASER_DATA, else ../shared/data)")
@@ -214,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
             seeds=tuple(args.seeds),
             epochs=args.epochs,
             projection=None if args.projection == "none" else args.projection,
-            retrieval_sets=tuple(args.retrieval_sets),
+            retrieval_sets=tuple(args.retrieval_sets) if args.retrieval_sets else None,
             random_init=args.random_init,
             references=not args.no_references,
             precision=args.precision,

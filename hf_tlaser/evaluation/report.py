@@ -49,6 +49,10 @@ ABOUT_FIELDS = {
     "path": "model folder",
     "model": "model",
     "model_type": "model type",
+    "languages": "languages",
+    "sentence_vector": "sentence vector",
+    "parameters": "parameters",
+    "trainable_parameters": "trainable parameters",
     "preset": "preset",
     "weights": "weights",
     "updates": "optimizer updates",
@@ -57,6 +61,7 @@ ABOUT_FIELDS = {
     "training_precision": "training precision",
     "precision": "evaluation precision",
     "device": "evaluation device",
+    "evaluation_languages": "evaluation languages",
 }
 MAJORITY = "majority class (reference)"
 

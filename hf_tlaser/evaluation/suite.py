@@ -2,8 +2,10 @@
 
 An embedder is called once per dataset with all its texts (every language, every split), so one that fits on its input
 (the ``tfidf-char`` reference) sees exactly the texts being compared. Document sets (MLDoc) go to the embedder's
-``embed_documents`` method when it has one. ``run_suite`` evaluates reference rows (random init, the lexical baseline,
-the majority class) with the same protocol on the same texts and reports them in the same tables.
+``embed_documents`` method when it has one. An embedder with ``per_language = True`` (a model with one encoder per
+language, such as cNV) is called as ``embed(texts, langs=[...])`` with the language of every text. ``run_suite``
+evaluates reference rows (random init, the lexical baseline, the majority class) with the same protocol on the same
+texts and reports them in the same tables.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from .readers import CLASSIFICATION_SETS, LANGS, RETRIEVAL_SETS, ClassificationD
 from .report import about_table, markdown_table, pair_table, summary_table, write_report
 from .retrieval import xsim_matrix
 
-Embed = Callable[[list[str]], np.ndarray]
+Embed = Callable[..., np.ndarray]
+"""``embed(texts) -> (n, dim)``; with a true ``per_language`` attribute ``embed(texts, langs=[lang of each text])``."""
 SUITES = ("retrieval", "sib200", "umsab", "mldoc")
 DOCUMENT_SETS = ("mldoc",)
 """Classification sets whose texts are documents (embedded with the embedder's ``embed_documents``)."""
@@ -78,12 +81,23 @@ class RetrievalResult:
         }
 
 
-def embed_texts(embed: Embed, texts: list[str], documents: bool = False) -> np.ndarray | sparse.csr_matrix:
+def embed_texts(
+    embed: Embed, texts: list[str], documents: bool = False, langs: Sequence[str] | None = None
+) -> np.ndarray | sparse.csr_matrix:
     """Call ``embed`` (``embed.embed_documents`` for ``documents`` when it has one); check one row per text.
 
-    Dense results come back as float32 numpy, sparse ones (TF-IDF) as CSR.
+    ``langs`` (the language of each text) goes to embedders with ``per_language = True``, which need it. Dense
+    results come back as float32 numpy, sparse ones (TF-IDF) as CSR.
     """
-    emb = (getattr(embed, "embed_documents", embed) if documents else embed)(list(texts))
+    call = getattr(embed, "embed_documents", embed) if documents else embed
+    if getattr(embed, "per_language", False):
+        if langs is None or len(langs) != len(texts):
+            raise ValueError(
+                f"{type(embed).__name__} is per-language: pass the language of each of the {len(texts)} texts"
+            )
+        emb = call(list(texts), langs=list(langs))
+    else:
+        emb = call(list(texts))
     emb = sparse.csr_matrix(emb, dtype=np.float32) if sparse.issparse(emb) else np.asarray(emb, dtype=np.float32)
     if emb.ndim != 2 or emb.shape[0] != len(texts):
         raise ValueError(f"embed returned shape {emb.shape} for {len(texts)} texts; expected (n, dim)")
@@ -93,6 +107,12 @@ def embed_texts(embed: Embed, texts: list[str], documents: bool = False) -> np.n
 def _split_rows(emb: np.ndarray | sparse.csr_matrix, sizes: Sequence[int]) -> list:
     bounds = np.cumsum([0, *sizes])
     return [emb[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def _check_retrieval_sets(sets: Sequence[str]) -> None:
+    unknown = [s for s in sets if s not in RETRIEVAL_SETS]
+    if unknown:
+        raise UsageError(f"unknown retrieval set(s) {unknown}; valid: {', '.join(RETRIEVAL_SETS)}")
 
 
 def evaluate_retrieval(
@@ -108,9 +128,7 @@ def evaluate_retrieval(
 
     ``embed`` is called once per set with the sentences of all its languages.
     """
-    unknown = [s for s in sets if s not in RETRIEVAL_SETS]
-    if unknown:
-        raise UsageError(f"unknown retrieval set(s) {unknown}; valid: {', '.join(RETRIEVAL_SETS)}")
+    _check_retrieval_sets(sets)
     unknown = [lang for lang in langs if lang not in LANGS]
     if unknown:
         raise UsageError(f"unknown language(s) {unknown}; valid: {', '.join(LANGS)}")
@@ -121,11 +139,40 @@ def evaluate_retrieval(
         if len(here) < 2:
             continue
         texts = reader(data_dir, here)
-        emb = embed_texts(embed, [t for lines in texts.values() for t in lines])
+        flat = [(lang, t) for lang, lines in texts.items() for t in lines]
+        emb = embed_texts(embed, [t for _, t in flat], langs=[lang for lang, _ in flat])
         embs = dict(zip(texts, _split_rows(emb, [len(lines) for lines in texts.values()])))
         result.sizes[name] = len(texts[here[0]])
         result.matrices[name] = {m: xsim_matrix(embs, margin=m, k=k, backend=backend) for m in margins}
     return result
+
+
+def evaluation_languages(model_langs: Sequence[str]) -> list[str]:
+    """The languages of a model with its own language list (cNV) that the suite can evaluate, in the model's order;
+    ``UsageError`` unless there are two (a cross-lingual evaluation needs a pair)."""
+    shared = [lang for lang in model_langs if lang in LANGS]
+    if len(shared) < 2:
+        raise UsageError(
+            f"the model's languages ({', '.join(model_langs)}) include {len(shared)} of the evaluation languages "
+            f"({', '.join(LANGS)}); a cross-lingual evaluation needs two of them"
+        )
+    return shared
+
+
+def retrieval_sets_for(langs: Sequence[str], sets: Sequence[str] | None = None) -> tuple[str, ...]:
+    """The retrieval ``sets`` (None: every set) that have at least two of ``langs``; a named set with fewer is a
+    ``UsageError``."""
+    if sets is None:
+        return tuple(name for name, (_, have) in RETRIEVAL_SETS.items() if len(set(langs) & set(have)) >= 2)
+    _check_retrieval_sets(sets)
+    for name in sets:
+        have = RETRIEVAL_SETS[name][1]
+        if len(set(langs) & set(have)) < 2:
+            raise UsageError(
+                f"retrieval set {name} has {', '.join(have)}; it shares fewer than two languages with the evaluated "
+                f"{', '.join(langs)}: leave it out"
+            )
+    return tuple(sets)
 
 
 def read_classification(
@@ -146,7 +193,12 @@ def embed_classification(
     names = sorted({label for splits in data.values() for s in splits.values() for label in s.labels})
     index = {name: i for i, name in enumerate(names)}
     splits = [(lang, split, part) for lang, by_split in data.items() for split, part in by_split.items()]
-    emb = embed_texts(embed, [t for _, _, part in splits for t in part.texts], documents)
+    emb = embed_texts(
+        embed,
+        [t for _, _, part in splits for t in part.texts],
+        documents,
+        [lang for lang, _, part in splits for _ in part.texts],
+    )
     embedded: dict[str, dict[str, Split]] = {}
     for (lang, split, part), x in zip(splits, _split_rows(emb, [len(part) for _, _, part in splits])):
         embedded.setdefault(lang, {})[split] = (x, np.array([index[label] for label in part.labels]))

@@ -12,7 +12,8 @@ from .push import push_to_hub
 DESCRIPTION = (
     "Publish a trained model folder on the Hugging Face Hub: weights, model code, tokenizer, sentence-transformers "
     "files and a model card with the latest `hf-tlaser evaluate` results (MODEL_DIR/eval/results.json). The "
-    "repository is created when missing; a generated card is rewritten on every push, a card you wrote is kept."
+    "repository is created when missing; a generated card is rewritten on every push, a card you wrote is kept. A "
+    "cNV folder (one encoder and tokenizer per language) has no sentence-transformers files."
 )
 
 
@@ -25,7 +26,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--revision", help="branch to commit to, created when missing (default: main)")
     p.add_argument("--token", help="Hub token (default: HF_TOKEN, else the cached hf auth login)")
     p.add_argument("--commit-message", help="commit message (default: 'Upload <folder name> with hf_tlaser')")
-    p.add_argument("--normalize", action="store_true", help="sentence-transformers output: unit-length vectors")
+    p.add_argument(
+        "--normalize",
+        action="store_true",
+        help="sentence-transformers output: unit-length vectors (not for cNV)",
+    )
     p.add_argument(
         "--results",
         help="evaluation results.json for the card (default: the newer of MODEL_DIR/eval/results.json and "

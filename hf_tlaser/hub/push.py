@@ -12,16 +12,23 @@ from huggingface_hub import CommitInfo, HfApi, constants, get_token
 from huggingface_hub.errors import HfHubHTTPError, HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
+from hf_tlaser.encoding import model_languages
 from hf_tlaser.errors import UsageError
 from hf_tlaser.evaluation.provenance import check_model_folder
 
 from .model_card import write_model_card
-from .st_layout import add_sentence_transformers_files
+from .st_layout import add_sentence_transformers_files, read_model_config
 
 T = TypeVar("T")
 
 # training by-products that do not belong in a model repository
 IGNORE_PATTERNS = ["checkpoint-*", "checkpoint-*/**", "runs/**", "*.pt", "*.pth", "training_args.bin", ".*"]
+
+
+NO_ST_LAYOUT = (
+    "--normalize sets the Normalize module of the sentence-transformers files, and a cNV folder has none (each "
+    "language has its own encoder); leave --normalize out and pass normalize=True to model.encode"
+)
 
 
 class MissingTokenError(UsageError):
@@ -73,6 +80,16 @@ def resolve_token(token: str | None = None) -> str:
     return token
 
 
+def has_sentence_transformers_layout(config: dict, normalize: bool | None = None) -> bool:
+    """Whether a model of ``config`` gets sentence-transformers files: not one with an encoder per language (cNV),
+    for which ``normalize`` (a setting of those files) is a ``UsageError``."""
+    if model_languages(config) is None:
+        return True
+    if normalize is not None:
+        raise UsageError(NO_ST_LAYOUT)
+    return False
+
+
 def prepare_folder(
     model_dir: str | os.PathLike,
     repo_id: str | None = None,
@@ -80,8 +97,13 @@ def prepare_folder(
     results: str | os.PathLike | None = None,
 ) -> None:
     """Write what a Hub repository needs: the sentence-transformers files (``normalize``: add or remove the
-    Normalize module; None keeps the folder's choice) and the generated ``README.md``."""
-    add_sentence_transformers_files(model_dir, normalize=normalize)
+    Normalize module; None keeps the folder's choice) and the generated ``README.md``.
+
+    A model with one encoder and tokenizer per language (cNV) gets no sentence-transformers files: those run one
+    encoder for every input. ``normalize`` is then a ``UsageError``.
+    """
+    if has_sentence_transformers_layout(read_model_config(model_dir), normalize):
+        add_sentence_transformers_files(model_dir, normalize=normalize)
     write_model_card(model_dir, repo_id=repo_id, results=results)
 
 
@@ -106,7 +128,7 @@ def push_to_hub(
     """
     check_repo_id(repo_id)
     folder = Path(model_dir)
-    check_model_folder(folder)
+    has_sentence_transformers_layout(check_model_folder(folder), normalize)
     if results is not None and not Path(results).is_file():
         raise UsageError(f"--results {str(results)!r} does not exist; pass a results.json of `hf-tlaser evaluate`")
     api = HfApi(endpoint=endpoint, token=resolve_token(token))

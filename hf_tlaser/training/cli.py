@@ -19,7 +19,7 @@ import os
 import shutil
 import sys
 import zipfile
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -45,7 +45,7 @@ from hf_tlaser.data import (
     sentence_lengths,
 )
 from hf_tlaser.errors import UsageError
-from hf_tlaser.hardware import PRECISIONS, configure_threads, resolve_precision
+from hf_tlaser.hardware import PRECISIONS, PrecisionChoice, configure_threads, resolve_precision
 from hf_tlaser.tokenization import save_tokenizer, train_tokenizer
 from hf_tlaser.training.presets import MODELS, SIZES, Preset, Recipe, get_preset
 from hf_tlaser.training.trainer import LaserTrainer, TimeBudgetCallback
@@ -64,6 +64,7 @@ RECIPE_FLAGS = (
     "max_sentence_tokens",
     "batching",
     "max_lines",
+    "max_sentences",
 )
 BATCHING = ("pair", "multiway")
 RECORD = "hf_tlaser_train.json"
@@ -142,9 +143,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--save-steps", type=int, default=200)
     p.add_argument("--save-total-limit", type=int, default=2, help="checkpoints kept (older ones are deleted)")
     p.add_argument("--resume", default=None, help="checkpoint folder, or 'auto' for the last one in --output-dir")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="model config override")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="model config override (cnv: nmt.KEY=VALUE for the Marian config of its NMT pair)",
+    )
+    p.add_argument(
+        "--nmt-steps",
+        type=int,
+        default=None,
+        help="cnv: updates of each NMT direction in stage 1 (default: the preset's: "
+        + ", ".join(f"{size} {get_preset('cnv', size).nmt.steps}" for size in SIZES)
+        + ")",
+    )
+    p.add_argument(
+        "--nmt-pair",
+        default=None,
+        metavar="A_TO_B,B_TO_A",
+        help="cnv: two existing Hugging Face seq2seq folders or Hub ids (a->b, b->a) instead of training them",
+    )
     for name in RECIPE_FLAGS:
-        kind = {"batching": str, "max_lines": int}.get(name, float)
+        kind = {"batching": str, "max_lines": int, "max_sentences": int}.get(name, float)
         choices = BATCHING if name == "batching" else None
         p.add_argument(f"--{name.replace('_', '-')}", default=None, type=kind, choices=choices, help=_recipe_help(name))
     return p
@@ -214,7 +235,15 @@ def _recipe(args: argparse.Namespace, preset: Preset) -> Recipe:
             if getattr(args, name) is not None
         },
     )
-    positive = ("learning_rate", "max_tokens", "update_tokens", "vocab_size", "max_sentence_tokens", "max_lines")
+    positive = (
+        "learning_rate",
+        "max_tokens",
+        "update_tokens",
+        "vocab_size",
+        "max_sentence_tokens",
+        "max_lines",
+        "max_sentences",
+    )
     for name in positive:
         value = getattr(recipe, name)
         if value is not None and value <= 0:
@@ -410,11 +439,80 @@ def _model_config(preset: Preset, tokenizer: PreTrainedTokenizerBase, source: st
     return preset.make_config(len(tokenizer), **{**ids, **overrides})
 
 
+@dataclass
+class RunOptions:
+    """The Trainer settings of a run that do not come from the recipe (one set for every stage of a run)."""
+
+    use_cpu: bool = True
+    precision: PrecisionChoice | None = None
+    seed: int = 1
+    logging_steps: int = 10
+    save_steps: int = 200
+    save_total_limit: int = 2
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> RunOptions:
+        """From the command line; logs the torch threads and the precision chosen."""
+        logger.info("torch threads: %d", configure_threads())
+        use_cpu = args.use_cpu or not torch.cuda.is_available()
+        precision = resolve_precision(args.precision, "cpu" if use_cpu else "cuda")
+        logger.info("precision: %s (%s)", precision.precision, precision.reason)
+        return cls(use_cpu, precision, args.seed, args.logging_steps, args.save_steps, args.save_total_limit)
+
+    def training_arguments(self, output_dir: Path, recipe: Recipe, max_steps: int) -> TrainingArguments:
+        """TrainingArguments of ``recipe`` for ``max_steps`` updates into ``output_dir`` (gradient accumulation is
+        set once the world size is known: ``accumulation_steps``). Under a launcher this joins the process group."""
+        return TrainingArguments(
+            output_dir=str(output_dir),
+            max_steps=max_steps,
+            per_device_train_batch_size=1,  # micro-batches come from the token-budget batch sampler
+            learning_rate=recipe.learning_rate,
+            warmup_steps=int(recipe.warmup_updates),
+            weight_decay=recipe.weight_decay,
+            adam_beta1=recipe.adam_betas[0],
+            adam_beta2=recipe.adam_betas[1],
+            max_grad_norm=recipe.max_grad_norm or 0.0,
+            logging_steps=self.logging_steps,
+            logging_first_step=True,
+            save_steps=self.save_steps,
+            save_total_limit=self.save_total_limit,
+            bf16=self.precision is not None and self.precision.bf16,
+            fp16=self.precision is not None and self.precision.fp16,
+            use_cpu=self.use_cpu,
+            seed=self.seed,
+            report_to="none",
+            remove_unused_columns=False,
+            dataloader_num_workers=0,
+        )
+
+
+def new_record(args: argparse.Namespace, recipe: Recipe, preset: Preset, run: RunOptions) -> dict:
+    """The run's record (RECORD): arguments, recipe, preset and precision."""
+    precision = run.precision.to_dict() if run.precision is not None else None
+    return {"args": vars(args), "recipe": asdict(recipe), "preset": preset.name, "precision": precision}
+
+
+def write_record(out: Path, record: dict) -> None:
+    (out / RECORD).write_text(json.dumps(record, indent=2, default=str))
+
+
+def accumulation_steps(recipe: Recipe, world_size: int) -> int:
+    """Micro-batches per update and process that reach the recipe's ``update_tokens``."""
+    return max(1, round(recipe.update_tokens / (recipe.max_tokens * world_size)))
+
+
 def train(args: argparse.Namespace) -> LaserTrainer:
     """Run one training job; returns the trainer (its ``args.output_dir`` holds the saved model).
 
     Raises UsageError (before reading any corpus where it can) on a mistake the user can fix.
     """
+    if args.model == "cnv":
+        from hf_tlaser.training.cnv import train_cnv  # imports this module
+
+        return train_cnv(args)
+    for flag in ("nmt_steps", "nmt_pair"):
+        if getattr(args, flag, None) is not None:
+            raise UsageError(f"--{flag.replace('_', '-')} is an option of --model cnv, not of --model {args.model}")
     preset = get_preset(args.model, args.preset)
     recipe = _recipe(args, preset)
     checkpoint = check_output_dir(args)
@@ -454,34 +552,11 @@ def train(args: argparse.Namespace) -> LaserTrainer:
     if checkpoint is not None:
         check_resume_config(checkpoint, config)
 
-    logger.info("torch threads: %d", configure_threads())
-    use_cpu = args.use_cpu or not torch.cuda.is_available()
-    precision = resolve_precision(args.precision, "cpu" if use_cpu else "cuda")
-    logger.info("precision: %s (%s)", precision.precision, precision.reason)
+    run = RunOptions.from_args(args)
     set_seed(args.seed)
     out = Path(args.output_dir)
-    training_args = TrainingArguments(
-        output_dir=str(out),
-        max_steps=args.max_steps,
-        per_device_train_batch_size=1,  # micro-batches come from the token-budget batch sampler
-        learning_rate=recipe.learning_rate,
-        warmup_steps=int(recipe.warmup_updates),
-        weight_decay=recipe.weight_decay,
-        adam_beta1=recipe.adam_betas[0],
-        adam_beta2=recipe.adam_betas[1],
-        max_grad_norm=recipe.max_grad_norm or 0.0,
-        logging_steps=args.logging_steps,
-        logging_first_step=True,
-        save_steps=args.save_steps,
-        save_total_limit=args.save_total_limit,
-        bf16=precision.bf16,
-        fp16=precision.fp16,
-        use_cpu=use_cpu,
-        seed=args.seed,
-        report_to="none",
-        remove_unused_columns=False,
-        dataloader_num_workers=0,
-    )  # under a launcher this joins the process group: every rank has passed the checks above
+    training_args = run.training_arguments(out, recipe, args.max_steps)
+    # under a launcher this joins the process group: every rank has passed the checks above
     main_process = training_args.process_index == 0
     with training_args.main_process_first(local=False, desc="output dir"):
         if main_process:
@@ -502,11 +577,17 @@ def train(args: argparse.Namespace) -> LaserTrainer:
     )
     lengths = sentence_lengths(dataset, tokenizer, languages)
     world = training_args.world_size
-    training_args.gradient_accumulation_steps = max(1, round(recipe.update_tokens / (recipe.max_tokens * world)))
+    training_args.gradient_accumulation_steps = accumulation_steps(recipe, world)
     sampler_class = MultiwayBatchSampler if recipe.batching == "multiway" else PairBatchSampler
     try:
         sampler = sampler_class(
-            lengths, int(recipe.max_tokens), pairs, seed=args.seed, rank=training_args.process_index, world_size=world
+            lengths,
+            int(recipe.max_tokens),
+            pairs,
+            seed=args.seed,
+            max_sentences=recipe.max_sentences,
+            rank=training_args.process_index,
+            world_size=world,
         )
     except ValueError as err:
         raise UsageError(f"no training batches from --corpora {args.corpora} --pairs {args.pairs}: {err}") from None
@@ -529,8 +610,8 @@ def train(args: argparse.Namespace) -> LaserTrainer:
     )
     if main_process:  # the first files of the run: a mistake found above leaves the output dir as it was
         save_tokenizer(tokenizer, out)
-        record = {"args": vars(args), "recipe": asdict(recipe), "preset": preset.name, "precision": precision.to_dict()}
-        (out / RECORD).write_text(json.dumps(record, indent=2, default=str))
+        record = new_record(args, recipe, preset, run)
+        write_record(out, record)
     trainer = LaserTrainer(
         model=model,
         args=training_args,
@@ -546,7 +627,7 @@ def train(args: argparse.Namespace) -> LaserTrainer:
     if main_process:
         save_tokenizer(tokenizer, out)
         record["outputs"] = sorted({entry.name for entry in out.iterdir()} - present)  # for a later --overwrite
-        (out / RECORD).write_text(json.dumps(record, indent=2, default=str))
+        write_record(out, record)
     return trainer
 
 

@@ -1,5 +1,6 @@
 """Model and recipe presets: ``paper`` (Table 1 sizes, fairseq recipe), ``small`` and ``tiny`` (a few CPU minutes)
-for each model family: ``tlaser``, ``ctlaser``, ``laser1``, ``laser6``, ``claser6``."""
+for each model family: ``tlaser``, ``ctlaser``, ``laser1``, ``laser6``, ``claser6``, and ``cnv`` (Li & Mak: the
+shared layers over a frozen bilingual NMT pair, whose Marian sizes and recipe are the preset's ``nmt``)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ from dataclasses import dataclass, field, replace
 
 from transformers import PretrainedConfig
 
+from hf_tlaser.models.cnv import CNVConfig, CNVModel
 from hf_tlaser.models.laser import LaserConfig, LaserForTranslation
 from hf_tlaser.models.tlaser import TLaserConfig, TLaserForTranslation
 
-MODELS = ("tlaser", "ctlaser", "laser1", "laser6", "claser6")
+MODELS = ("tlaser", "ctlaser", "laser1", "laser6", "claser6", "cnv")
 SIZES = ("paper", "small", "tiny")
 
 
@@ -28,6 +30,7 @@ class Recipe:
         batching: "pair" (one language pair per micro-batch, the paper's curriculum) or "multiway" (aligned groups,
             each encoded sentence is a translation source and a distance partner).
         max_lines: read only the first lines of every corpus file (None: all); a few-minute run sees less anyway.
+        max_sentences: cap on the sentences of a micro-batch (None: the token budget alone; cNV: the paper's 80).
     """
 
     vocab_size: int = 50000
@@ -42,17 +45,32 @@ class Recipe:
     max_sentence_tokens: int = 250
     batching: str = "pair"
     max_lines: int | None = None
+    max_sentences: int | None = None
+
+
+@dataclass
+class NMTPreset:
+    """The bilingual NMT pair that cNV starts from (stage 1 of ``--model cnv``): ``MarianConfig`` kwargs, the
+    recipe of each direction (its ``vocab_size``, ``max_sentence_tokens`` and ``max_lines`` are the cNV recipe's:
+    both stages read the same cleaned corpora) and the updates of each direction."""
+
+    config_kwargs: dict
+    recipe: Recipe
+    steps: int
+    label_smoothing: float = 0.1
 
 
 @dataclass
 class Preset:
-    """A model family at one size: the config class and kwargs, the model class and the recipe."""
+    """A model family at one size: the config class and kwargs, the model class and the recipe (and, for ``cnv``,
+    the NMT pair's preset)."""
 
     name: str
     config_class: type[PretrainedConfig]
     model_class: type
     config_kwargs: dict = field(default_factory=dict)
     recipe: Recipe = field(default_factory=Recipe)
+    nmt: NMTPreset | None = None
 
     def make_config(self, vocab_size: int, **overrides) -> PretrainedConfig:
         return self.config_class(**{**self.config_kwargs, "vocab_size": vocab_size, **overrides})
@@ -104,6 +122,69 @@ _RECIPES = {
         max_lines=60000,
     ),
 }
+# cNV (Li & Mak, sec. 3): the shared layers (d_h 1024, r 4, N_s 20, beta 0.5, alpha 2 sqrt(d_h) = the config
+# default) trained with Adam on batches of 80 sentence pairs (of at most 50 tokens) for 5 epochs over the frozen
+# NMT pair; the NMT models: vocabulary 85,000, word embeddings 500, hidden size 1024, batches of 80, Adam. Their
+# NMT models are attention RNNs; here they are Marian transformers, whose word embedding width is d_model (500,
+# 10 heads of 50) and whose hidden layers are the 1024-wide feed-forward layers.
+_CNV_SIZES = {
+    "paper": {},
+    "small": dict(shared_hidden_size=512),
+    "tiny": dict(shared_hidden_size=256, num_negatives=10),
+}
+
+
+def _marian(d_model: int, heads: int, ffn: int, layers: int) -> dict:
+    return dict(
+        d_model=d_model,
+        encoder_attention_heads=heads,
+        decoder_attention_heads=heads,
+        encoder_ffn_dim=ffn,
+        decoder_ffn_dim=ffn,
+        encoder_layers=layers,
+        decoder_layers=layers,
+        dropout=0.1,
+    )
+
+
+_NMT_RECIPE = dict(weight_decay=0.0, max_grad_norm=1.0)
+_NMT = {
+    "paper": NMTPreset(
+        _marian(500, 10, 1024, 6),
+        Recipe(max_tokens=4000, update_tokens=4000, max_sentences=80, warmup_updates=4000, **_NMT_RECIPE),
+        steps=100_000,
+    ),
+    "small": NMTPreset(
+        _marian(256, 4, 1024, 4),
+        Recipe(max_tokens=4000, update_tokens=8000, learning_rate=1e-3, warmup_updates=1000, **_NMT_RECIPE),
+        steps=10_000,
+    ),
+    # measured on 2 CPU cores (docs/training.md): ~0.9 s per update, cross entropy 9.3 -> 5.7 in 200 updates
+    "tiny": NMTPreset(
+        _marian(256, 4, 1024, 3),
+        Recipe(max_tokens=2000, update_tokens=2000, learning_rate=1e-3, warmup_updates=100, **_NMT_RECIPE),
+        steps=200,
+    ),
+}
+# stage 2: plain Adam (the paper's optimiser) on batches of at most 80 sentence pairs
+_CNV_ADAM = dict(max_sentences=80, learning_rate=1e-3, adam_betas=(0.9, 0.999), weight_decay=0.0, max_grad_norm=1.0)
+_CNV_RECIPES = {
+    "paper": Recipe(
+        vocab_size=85000, max_tokens=4000, update_tokens=4000, warmup_updates=1000, max_sentence_tokens=50, **_CNV_ADAM
+    ),
+    "small": Recipe(
+        vocab_size=32000, max_tokens=4000, update_tokens=4000, warmup_updates=500, max_sentence_tokens=50, **_CNV_ADAM
+    ),
+    "tiny": Recipe(
+        vocab_size=8000,
+        max_tokens=2000,
+        update_tokens=2000,
+        warmup_updates=50,
+        max_sentence_tokens=40,
+        max_lines=60000,
+        **_CNV_ADAM,
+    ),
+}
 # distance-constraint settings of the c* models (the T-LASER / LASER configs default to beta=0.25, lambda=beta/2)
 _PLAIN = dict(distance_beta=0.0)
 _CONSTRAINED = dict(distance_beta=0.25)
@@ -115,6 +196,9 @@ def get_preset(model: str, size: str = "tiny") -> Preset:
         raise ValueError(f"unknown model {model!r}; expected one of {MODELS}")
     if size not in SIZES:
         raise ValueError(f"unknown preset {size!r}; expected one of {SIZES}")
+    if model == "cnv":
+        nmt = replace(_NMT[size], config_kwargs=dict(_NMT[size].config_kwargs), recipe=replace(_NMT[size].recipe))
+        return Preset(f"cnv-{size}", CNVConfig, CNVModel, dict(_CNV_SIZES[size]), replace(_CNV_RECIPES[size]), nmt)
     recipe = replace(_RECIPES[size])
     if model in ("tlaser", "ctlaser"):
         kwargs = {**_TLASER_SIZES[size], **(_CONSTRAINED if model == "ctlaser" else _PLAIN)}

@@ -17,7 +17,8 @@ compute_loss = LaserTrainer.compute_loss
 
 def recording_compute_loss(self, model, inputs, *args, **kwargs):
     if model.training:
-        seen.append((self.state.global_step, hashlib.sha1(inputs["input_ids"].numpy().tobytes()).hexdigest()[:16]))
+        ids = inputs["input_ids"] if "input_ids" in inputs else inputs["input_ids_a"]  # cNV: the a-side sentences
+        seen.append((self.state.global_step, hashlib.sha1(ids.numpy().tobytes()).hexdigest()[:16]))
     return compute_loss(self, model, inputs, *args, **kwargs)
 
 

@@ -621,12 +621,27 @@ def train(args: argparse.Namespace) -> LaserTrainer:
         warmup_init_lr=recipe.warmup_init_lr,
         callbacks=[TimeBudgetCallback(args.max_minutes)] if args.max_minutes else None,
     )
+    return fit_and_save(trainer, checkpoint, record if main_process else None, present, tokenizer)
+
+
+def fit_and_save(
+    trainer: LaserTrainer,
+    checkpoint: Path | None,
+    record: dict | None,
+    present: set[str],
+    tokenizer: PreTrainedTokenizerBase | None = None,
+) -> LaserTrainer:
+    """Train (from ``checkpoint`` if given), save the model, trainer state and ``tokenizer`` into the output dir and,
+    on the main process (``record`` given), list the entries the run wrote in its record (for a later
+    ``--overwrite``; ``present``: what was there before)."""
+    out = Path(trainer.args.output_dir)
     trainer.train(resume_from_checkpoint=None if checkpoint is None else str(checkpoint))
     trainer.save_model(str(out))
     trainer.save_state()
-    if main_process:
-        save_tokenizer(tokenizer, out)
-        record["outputs"] = sorted({entry.name for entry in out.iterdir()} - present)  # for a later --overwrite
+    if record is not None:
+        if tokenizer is not None:
+            save_tokenizer(tokenizer, out)
+        record["outputs"] = sorted({entry.name for entry in out.iterdir()} - present)
         write_record(out, record)
     return trainer
 

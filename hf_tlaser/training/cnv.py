@@ -48,6 +48,7 @@ from hf_tlaser.training.cli import (
     check_resume,
     check_resume_config,
     config_overrides,
+    fit_and_save,
     new_record,
     remove_previous_run,
     write_record,
@@ -349,10 +350,4 @@ def train_cnv(args: argparse.Namespace) -> LaserTrainer:
         warmup_init_lr=recipe.warmup_init_lr,
         callbacks=[TimeBudgetCallback(args.max_minutes)] if args.max_minutes else None,
     )
-    trainer.train(resume_from_checkpoint=None if checkpoint is None else str(checkpoint))
-    trainer.save_model(str(out))
-    trainer.save_state()
-    if main_process:
-        record["outputs"] = sorted({entry.name for entry in out.iterdir()} - present)  # for a later --overwrite
-        write_record(out, record)
-    return trainer
+    return fit_and_save(trainer, checkpoint, record if main_process else None, present)

@@ -246,3 +246,19 @@ def test_saved_model_embeds_both_languages_in_a_fresh_process(tmp_path, tokenize
     for lang in ("en", "de"):
         np.testing.assert_allclose(np.array(got[lang]), np.array(expected[lang]), atol=1e-5)
     assert "lang='fr'" in got["error"] and "['en', 'de']" in got["error"]
+
+
+def test_combined_vectors_add_the_translations_vector(tokenizer, pair):
+    """eq. 4 / 6: the vector of the input plus that of its NMT translation, read by the other language's encoder."""
+    model = tiny_cnv(tokenizer, pair, combine_translation=True).eval()
+    got = model.encode(EN[:2], lang="en", sort_by_length=False)
+    inputs = tokenizer(EN[:2], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        limit = 2 * inputs["input_ids"].shape[1] + 10  # a random NMT model decodes to the length limit
+        generated = model.nmt["en"].generate(**inputs, num_beams=1, do_sample=False, max_new_tokens=limit)
+        texts = tokenizer.batch_decode(generated, skip_special_tokens=True)
+        translated = tokenizer(texts, padding=True, truncation=True, max_length=limit)
+        own = model.embed(inputs["input_ids"], inputs["attention_mask"], "en")
+        other = model.embed(torch.tensor(translated["input_ids"]), torch.tensor(translated["attention_mask"]), "de")
+    assert not np.allclose(got, own.numpy(), atol=1e-3)
+    np.testing.assert_allclose(got, (own + other).numpy(), atol=1e-4)

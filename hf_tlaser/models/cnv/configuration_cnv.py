@@ -23,6 +23,9 @@ class CNVConfig(PretrainedConfig):
         num_summary_heads: r, the heads of the self-attentive summary (eq. 1-2); paper 4.
         sentence_vector: ``"con"`` (eq. 5: the r context vectors concatenated, r x d_h) or ``"sum"`` (eq. 3: their
             sum, d_h). The paper's best variant without a translator is cNV(y)_con, the default.
+        combine_translation: also translate each input with its own (frozen) NMT model and add the vector of the
+            translation, read by the other language's encoder: cNV_sum / cNV_con of eq. 4 / 6 (the paper's best
+            scores, at the cost of decoding). False (default) is cNV(y) of Fig. 1c: no translator at test time.
         distance_beta: beta of eq. 9, the weight of the distance cost against (1 - beta) x the two translation
             losses; paper 0.5. 0 gives NV (no distance constraint).
         distance_alpha: the margin alpha of eq. 7; None is the paper's 2 sqrt(d_h).
@@ -45,6 +48,7 @@ class CNVConfig(PretrainedConfig):
         gru_bidirectional: bool = False,
         num_summary_heads: int = 4,
         sentence_vector: str = "con",
+        combine_translation: bool = False,
         distance_beta: float = 0.5,
         distance_alpha: float | None = None,
         num_negatives: int = 20,
@@ -70,6 +74,7 @@ class CNVConfig(PretrainedConfig):
         self.gru_bidirectional = gru_bidirectional
         self.num_summary_heads = num_summary_heads
         self.sentence_vector = sentence_vector
+        self.combine_translation = combine_translation
         self.distance_beta = distance_beta
         self.distance_alpha = distance_alpha
         self.num_negatives = num_negatives

@@ -369,13 +369,18 @@ class CNVModel(CNVPreTrainedModel):
         """
         self._check_lang(lang)
 
+        tokenizer = tokenizer or self.get_tokenizer(lang)
+
         def pooled(ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-            return self.embed(ids, mask, lang)
+            vectors = self.embed(ids, mask, lang)
+            if self.config.combine_translation:
+                vectors = vectors + self._translation_vectors(ids, mask, lang, tokenizer)
+            return vectors
 
         return encode_texts(
             self,
             pooled,
-            tokenizer or self.get_tokenizer(lang),
+            tokenizer,
             texts,
             limit=self.nmt[lang].config.max_position_embeddings,
             dim=self.config.embedding_size,
@@ -389,6 +394,24 @@ class CNVModel(CNVPreTrainedModel):
             sort_by_length=sort_by_length,
             show_progress=show_progress,
         )
+
+    def _translation_vectors(
+        self, input_ids: torch.LongTensor, attention_mask: torch.Tensor, lang: str, tokenizer
+    ) -> torch.Tensor:
+        """The other half of eq. 4 / 6: translate with the NMT model that reads ``lang`` (greedy, its own encoder
+        and decoder, untouched by the shared layers), then embed the translations through the other language's
+        encoder."""
+        other = next(code for code in self.config.languages if code != lang)
+        nmt = self.nmt[lang]
+        limit = min(nmt.config.max_position_embeddings, 2 * input_ids.shape[1] + 10)
+        generated = nmt.generate(
+            input_ids=input_ids, attention_mask=attention_mask, num_beams=1, do_sample=False, max_new_tokens=limit
+        )
+        texts = tokenizer.batch_decode(generated, skip_special_tokens=True)
+        encoded = self.get_tokenizer(other)(
+            texts, padding=True, truncation=True, max_length=limit, return_tensors="pt"
+        ).to(input_ids.device)
+        return self.embed(encoded["input_ids"], encoded["attention_mask"], other)
 
     def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs) -> None:
         """Save the model, and each language's tokenizer into ``tokenizer_<lang>/``."""

@@ -173,14 +173,14 @@ def test_evaluate_a_cnv_folder(cnv_dir, cnv_model, data_dir, small_sets, monkeyp
         assert np.asarray(entry["sib200"]["mean"]).shape == (2, 2)
         assert entry["retrieval"]["matrices"]["ntrex128"]["absolute"]["langs"] == LANGS
     evaluated = results["evaluated"]
-    assert (evaluated["model"], evaluated["model_type"], evaluated["languages"]) == ("cNV_con", "cnv", "en, de")
+    assert (evaluated["model"], evaluated["model_type"], evaluated["languages"]) == ("cNV(y)_con", "cnv", "en, de")
     assert evaluated["evaluation_languages"] == "en, de (the model's; not es, fr, it)"
     assert evaluated["sentence_vector"] == "con (32 dimensions)"
     trainable = sum(p.numel() for p in cnv_model.parameters() if p.requires_grad)
     assert evaluated["trainable_parameters"] == trainable < evaluated["parameters"]
 
     table = (out / "report.md").read_text().split("## Results")[1].split("##")[0]
-    for row in ("| cNV_con |", "| random init (reference) |", "| tfidf-char (lexical reference) |"):
+    for row in ("| cNV(y)_con |", "| random init (reference) |", "| tfidf-char (lexical reference) |"):
         assert row in table
     assert "| evaluation languages | en, de (the model's; not es, fr, it) |" in (out / "report.md").read_text()
 

@@ -86,10 +86,12 @@ def sentence_vector_size(config: dict) -> int:
 
 def model_name(config: dict) -> str:
     """Display name of an hf_tlaser config: T-LASER / cT-LASER, LASER-n / cLASER-n (n BiLSTM layers), and
-    cNV_con / cNV_sum (NV_* without the distance constraint) with the paper's vector subscript."""
+    cNV(y)_con / cNV(y)_sum (each language through its own encoder; cNV_con / cNV_sum when the translation's
+    vector is added, eq. 4 / 6; NV without the distance constraint) with the paper's notation."""
     constrained = float(config.get("distance_beta") or 0) > 0
     if config["model_type"] == "cnv":
-        return f"{'cNV' if constrained else 'NV'}_{config.get('sentence_vector', 'con')}"
+        source = "" if config.get("combine_translation") else "(y)"
+        return f"{'cNV' if constrained else 'NV'}{source}_{config.get('sentence_vector', 'con')}"
     if config["model_type"] == "tlaser":
         return "cT-LASER" if constrained else "T-LASER"
     return f"{'cLASER' if constrained else 'LASER'}-{config.get('num_layers', 1)}"

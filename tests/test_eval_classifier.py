@@ -100,3 +100,16 @@ def test_bad_language_and_labels():
     data["en"]["dev"] = (data["en"]["dev"][0], data["en"]["dev"][1][:5])
     with pytest.raises(ValueError, match=r"data\['en'\]\['dev'\]: 30 embeddings but 5 labels"):
         zero_shot_transfer(data, config=ClassifierConfig(epochs=1))
+
+
+def test_linear_svm_option_learns_and_transfers():
+    """The NV/cNV papers' protocol: a linear SVM per training language; a shift of the test language's inputs that
+    moves them across the classes is what cross-lingual transfer measures."""
+    data = _toy()
+    svm = zero_shot_transfer(data, seeds=(0, 1), config=ClassifierConfig(kind="linear-svm"))
+    assert svm.per_seed.shape == (2, 2, 2) and np.all(svm.mean > 90)
+    shifted = {**data, "de": {split: (x + 3.0, y) for split, (x, y) in data["de"].items()}}
+    moved = zero_shot_transfer(shifted, train_langs=["en"], seeds=(0,), config=ClassifierConfig(kind="linear-svm"))
+    assert moved.mean[0, 1] < moved.mean[0, 0] - 20
+    with pytest.raises(ValueError, match="classifier kind 'svm'"):
+        zero_shot_transfer(data, config=ClassifierConfig(kind="svm"))

@@ -21,7 +21,7 @@ from transformers import AutoModel, AutoTokenizer
 import hf_tlaser
 from hf_tlaser.encoding import model_languages
 from hf_tlaser.errors import UsageError
-from hf_tlaser.evaluation.classifier import ClassifierConfig
+from hf_tlaser.evaluation.classifier import CLASSIFIERS, ClassifierConfig
 from hf_tlaser.evaluation.lexical import NAME as LEXICAL_NAME
 from hf_tlaser.evaluation.provenance import check_model_folder, describe_model
 from hf_tlaser.evaluation.readers import LANGS, laser_mldoc_cleanup
@@ -131,6 +131,7 @@ def evaluate_model(
     data_dir: str | None = None,
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4),
     epochs: int = 500,
+    classifier: str = "mlp",
     projection: str | None = "tsne",
     retrieval_sets: tuple[str, ...] | None = None,
     random_init: bool = False,
@@ -167,6 +168,7 @@ def evaluate_model(
         weights=RANDOM_INIT if random_init else "trained",
         precision=choice.to_dict(),
         device=str(device),
+        classifier="LASER's MLDoc MLP" if classifier == "mlp" else "linear SVM (LinearSVC, C=1)",
     )
     if model_langs is not None:
         left_out = [lang for lang in LANGS if lang not in langs]
@@ -188,7 +190,7 @@ def evaluate_model(
         suites=suites,
         data_dir=data_dir,
         seeds=seeds,
-        config=ClassifierConfig(epochs=epochs),
+        config=ClassifierConfig(kind=classifier, epochs=epochs),
         retrieval_sets=retrieval_sets,
         langs=langs,
         projection=projection,
@@ -228,6 +230,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--epochs", type=int, default=500, help="classifier epochs (default: %(default)s, as LASER)")
     parser.add_argument(
+        "--classifier",
+        choices=CLASSIFIERS,
+        default="mlp",
+        help="mlp: LASER's MLDoc MLP; linear-svm: a linear SVM, the NV/cNV papers' protocol (default: %(default)s)",
+    )
+    parser.add_argument(
         "--projection",
         choices=["tsne", "pca", "none"],
         default="tsne",
@@ -263,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
             data_dir=args.data_dir,
             seeds=tuple(args.seeds),
             epochs=args.epochs,
+            classifier=args.classifier,
             projection=None if args.projection == "none" else args.projection,
             retrieval_sets=tuple(args.retrieval_sets) if args.retrieval_sets else None,
             random_init=args.random_init,

@@ -62,6 +62,7 @@ ABOUT_FIELDS = {
     "precision": "evaluation precision",
     "device": "evaluation device",
     "evaluation_languages": "evaluation languages",
+    "classifier": "classification protocol",
 }
 MAJORITY = "majority class (reference)"
 

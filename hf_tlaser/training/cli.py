@@ -555,15 +555,8 @@ def train(args: argparse.Namespace) -> LaserTrainer:
     run = RunOptions.from_args(args)
     set_seed(args.seed)
     out = Path(args.output_dir)
-    training_args = run.training_arguments(out, recipe, args.max_steps)
     # under a launcher this joins the process group: every rank has passed the checks above
-    main_process = training_args.process_index == 0
-    with training_args.main_process_first(local=False, desc="output dir"):
-        if main_process:
-            if args.overwrite:
-                remove_previous_run(out)
-            out.mkdir(parents=True, exist_ok=True)
-    present = {entry.name for entry in out.iterdir()} - set(_recorded_outputs(out))
+    training_args, main_process, present = open_output_dir(run, out, recipe, args)
 
     if tokenizer is None:
         logger.info("training a %d-token joint BPE on %s", recipe.vocab_size, corpora)
@@ -622,6 +615,22 @@ def train(args: argparse.Namespace) -> LaserTrainer:
         callbacks=[TimeBudgetCallback(args.max_minutes)] if args.max_minutes else None,
     )
     return fit_and_save(trainer, checkpoint, record if main_process else None, present, tokenizer)
+
+
+def open_output_dir(
+    run: RunOptions, out: Path, recipe: Recipe, args: argparse.Namespace
+) -> tuple[TrainingArguments, bool, set[str]]:
+    """The run's ``TrainingArguments`` (joining the process group under a launcher), whether this is the main
+    process, and the entries of the output dir that are not this run's; the main process empties it first under
+    ``--overwrite`` and creates it."""
+    training_args = run.training_arguments(out, recipe, args.max_steps)
+    main_process = training_args.process_index == 0
+    with training_args.main_process_first(local=False, desc="output dir"):
+        if main_process:
+            if args.overwrite:
+                remove_previous_run(out)
+            out.mkdir(parents=True, exist_ok=True)
+    return training_args, main_process, {entry.name for entry in out.iterdir()} - set(_recorded_outputs(out))
 
 
 def fit_and_save(

@@ -50,7 +50,7 @@ from hf_tlaser.training.cli import (
     config_overrides,
     fit_and_save,
     new_record,
-    remove_previous_run,
+    open_output_dir,
     write_record,
 )
 from hf_tlaser.training.nmt_pair import (
@@ -243,14 +243,7 @@ def train_cnv(args: argparse.Namespace) -> LaserTrainer:
             raise UsageError(f"--resume {checkpoint}: the NMT models {unfinished} of this run never finished")
 
     run = RunOptions.from_args(args)
-    training_args = run.training_arguments(out, recipe, args.max_steps)  # joins the process group under a launcher
-    main_process = training_args.process_index == 0
-    with training_args.main_process_first(local=False, desc="output dir"):
-        if main_process:
-            if args.overwrite:
-                remove_previous_run(out)
-            out.mkdir(parents=True, exist_ok=True)
-    present = {entry.name for entry in out.iterdir()} - set(_recorded_outputs(out))
+    training_args, main_process, present = open_output_dir(run, out, recipe, args)  # joins the process group
     record = new_record(args, recipe, preset, run)
     record["nmt_preset"] = {
         "config": plan.nmt.config_kwargs,

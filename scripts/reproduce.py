@@ -65,6 +65,19 @@ def mean_xsim(result: dict, name: str = "ntrex128", margin: str = "ratio") -> fl
     return float(np.nanmean(matrix))
 
 
+def _without_option(argv: list[str], flag: str) -> list[str]:
+    """``argv`` without ``flag VALUE`` / ``flag=VALUE``."""
+    out, skip = [], False
+    for item in argv:
+        if skip:
+            skip = False
+        elif item == flag:
+            skip = True
+        elif not item.startswith(f"{flag}="):
+            out.append(item)
+    return out
+
+
 def _nmt_pair_of(out: Path, setting: Setting) -> tuple[Path, Path] | None:
     """The NMT pair (a->b, b->a folders) that an earlier per-language model of this run trained, if any."""
     a, b = setting.pairs.split(",")[0].split("-")
@@ -97,8 +110,8 @@ def run(args: argparse.Namespace) -> None:
         shares_bpe = model not in PER_LANGUAGE
         if shares_bpe and tokenizer is not None and tokenizer != folder:  # one joint BPE for all models, as the paper
             train_args += ["--tokenizer", str(tokenizer)]
-        if model in PER_LANGUAGE and nmt is not None:
-            train_args += ["--nmt-pair", ",".join(map(str, nmt))]
+        if model in PER_LANGUAGE and nmt is not None:  # the pair is trained: its --nmt-steps no longer applies
+            train_args = _without_option(train_args, "--nmt-steps") + ["--nmt-pair", ",".join(map(str, nmt))]
         start = time.monotonic()
         trainer = train(parse_args(train_args))
         minutes = (time.monotonic() - start) / 60

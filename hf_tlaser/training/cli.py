@@ -461,7 +461,7 @@ class RunOptions:
 
     def training_arguments(self, output_dir: Path, recipe: Recipe, max_steps: int) -> TrainingArguments:
         """TrainingArguments of ``recipe`` for ``max_steps`` updates into ``output_dir`` (gradient accumulation is
-        set once the world size is known: ``accumulation_steps``). Under a launcher this joins the process group."""
+        set once the world size is known: ``plan_batches``). Under a launcher this joins the process group."""
         return TrainingArguments(
             output_dir=str(output_dir),
             max_steps=max_steps,
@@ -496,9 +496,30 @@ def write_record(out: Path, record: dict) -> None:
     (out / RECORD).write_text(json.dumps(record, indent=2, default=str))
 
 
-def accumulation_steps(recipe: Recipe, world_size: int) -> int:
-    """Micro-batches per update and process that reach the recipe's ``update_tokens``."""
-    return max(1, round(recipe.update_tokens / (recipe.max_tokens * world_size)))
+def plan_batches(
+    lengths: dict,
+    recipe: Recipe,
+    pairs: list,
+    training_args: TrainingArguments,
+    source: str,
+    sampler_class: type = PairBatchSampler,
+):
+    """This rank's curriculum batch sampler for ``recipe``, after setting the micro-batches per update and process
+    that reach its ``update_tokens``; UsageError naming ``source`` when the corpora give no batch."""
+    world = training_args.world_size
+    training_args.gradient_accumulation_steps = max(1, round(recipe.update_tokens / (recipe.max_tokens * world)))
+    try:
+        return sampler_class(
+            lengths,
+            int(recipe.max_tokens),
+            pairs,
+            seed=training_args.seed,
+            max_sentences=recipe.max_sentences,
+            rank=training_args.process_index,
+            world_size=world,
+        )
+    except ValueError as err:
+        raise UsageError(f"no training batches from {source}: {err}") from None
 
 
 def train(args: argparse.Namespace) -> LaserTrainer:
@@ -569,21 +590,9 @@ def train(args: argparse.Namespace) -> LaserTrainer:
         corpora, data_dir, languages, cleaning=cleaning, tokenizer=tokenizer, max_lines=recipe.max_lines
     )
     lengths = sentence_lengths(dataset, tokenizer, languages)
-    world = training_args.world_size
-    training_args.gradient_accumulation_steps = accumulation_steps(recipe, world)
     sampler_class = MultiwayBatchSampler if recipe.batching == "multiway" else PairBatchSampler
-    try:
-        sampler = sampler_class(
-            lengths,
-            int(recipe.max_tokens),
-            pairs,
-            seed=args.seed,
-            max_sentences=recipe.max_sentences,
-            rank=training_args.process_index,
-            world_size=world,
-        )
-    except ValueError as err:
-        raise UsageError(f"no training batches from --corpora {args.corpora} --pairs {args.pairs}: {err}") from None
+    source = f"--corpora {args.corpora} --pairs {args.pairs}"
+    sampler = plan_batches(lengths, recipe, pairs, training_args, source, sampler_class)
     model = preset.model_class(config)
     constrained = config.distance_beta > 0 or config.align_loss_weight > 0
     collator = TranslationCollator(

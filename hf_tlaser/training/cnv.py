@@ -30,7 +30,7 @@ from transformers import (
 )
 from transformers.trainer_utils import get_last_checkpoint
 
-from hf_tlaser.data import PairBatchSampler, ParallelExamples, get_data_dir, parse_pairs, sentence_lengths
+from hf_tlaser.data import ParallelExamples, get_data_dir, parse_pairs, sentence_lengths
 from hf_tlaser.data.collator import CNVCollator
 from hf_tlaser.errors import UsageError
 from hf_tlaser.models.cnv import CNVConfig, CNVModel
@@ -41,7 +41,6 @@ from hf_tlaser.training.cli import (
     _flag_error,
     _recipe,
     _recorded_outputs,
-    accumulation_steps,
     check_checkpoint,
     check_corpora_flag,
     check_output_dir,
@@ -51,6 +50,7 @@ from hf_tlaser.training.cli import (
     fit_and_save,
     new_record,
     open_output_dir,
+    plan_batches,
     write_record,
 )
 from hf_tlaser.training.nmt_pair import (
@@ -303,20 +303,8 @@ def train_cnv(args: argparse.Namespace) -> LaserTrainer:
     lengths = sentence_lengths(dataset, tok_ab, [a, b])  # a: source of a->b; b: source of b->a
     if not _same_tokenizer(tok_ab, tok_ba):
         lengths[b] = sentence_lengths(dataset.select_columns([b]), tok_ba, [b])[b]
-    world = training_args.world_size
-    training_args.gradient_accumulation_steps = accumulation_steps(recipe, world)
-    try:
-        sampler = PairBatchSampler(
-            lengths,
-            int(recipe.max_tokens),
-            [plan.pair],
-            seed=args.seed,
-            max_sentences=recipe.max_sentences,
-            rank=training_args.process_index,
-            world_size=world,
-        )
-    except ValueError as err:
-        raise UsageError(f"no training batches from --corpora {args.corpora} --pairs {args.pairs}: {err}") from None
+    source = f"--corpora {args.corpora} --pairs {args.pairs}"
+    sampler = plan_batches(lengths, recipe, [plan.pair], training_args, source)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     logger.info(
         "%s: %.2fM trainable of %.1fM parameters (NMT frozen: %s), d_h %d, r %d, beta %s, %d micro-batches/epoch/"

@@ -35,7 +35,6 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from hf_tlaser.data import (
     DEFAULT_TRAIN_CORPORA,
     CleaningConfig,
-    PairBatchSampler,
     ParallelExamples,
     corpus_texts,
     load_corpora,
@@ -45,7 +44,7 @@ from hf_tlaser.data import (
 from hf_tlaser.data.collator import IGNORE_INDEX, Seq2SeqCollator
 from hf_tlaser.errors import UsageError
 from hf_tlaser.tokenization import save_tokenizer, train_tokenizer
-from hf_tlaser.training.cli import RunOptions, accumulation_steps
+from hf_tlaser.training.cli import RunOptions, plan_batches
 from hf_tlaser.training.presets import NMTPreset, Recipe, get_preset
 from hf_tlaser.training.trainer import LaserTrainer
 
@@ -227,18 +226,8 @@ def train_nmt(
     out = Path(output_dir)
     src, tgt = direction
     recipe = nmt.recipe
-    world = training_args.world_size
-    training_args.gradient_accumulation_steps = accumulation_steps(recipe, world)
     lengths = sentence_lengths(dataset, tokenizer, list(direction))
-    sampler = PairBatchSampler(
-        lengths,
-        int(recipe.max_tokens),
-        [direction],
-        seed=training_args.seed,
-        max_sentences=recipe.max_sentences,
-        rank=training_args.process_index,
-        world_size=world,
-    )
+    sampler = plan_batches(lengths, recipe, [direction], training_args, f"the {src}-{tgt} text of the corpora")
     config = make_nmt_config(tokenizer, **nmt.config_kwargs)
     torch.manual_seed(training_args.seed)
     model = fairseq_init_(MarianMTModel(config))

@@ -594,9 +594,8 @@ def train(args: argparse.Namespace) -> LaserTrainer:
     source = f"--corpora {args.corpora} --pairs {args.pairs}"
     sampler = plan_batches(lengths, recipe, pairs, training_args, source, sampler_class)
     model = preset.model_class(config)
-    constrained = config.distance_beta > 0 or config.align_loss_weight > 0
     collator = TranslationCollator(
-        tokenizer, config.languages, with_target_encoding=constrained, pairs=pairs, max_length=None
+        tokenizer, config.languages, with_target_encoding=model.needs_target_encoding, pairs=pairs, max_length=None
     )
     logger.info(
         "%s: %.1fM parameters, %d groups, %d micro-batches/epoch/rank, accumulation %d, batching=%s, languages %s; "

@@ -17,7 +17,18 @@ logger = logging.getLogger(__name__)
 
 # per-micro-batch model outputs put into each log line: MEAN parts are averaged over the micro-batches that have
 # them (collapse signals of cT-LASER included), SUM parts are divided by the target tokens, COUNT parts are summed
-MEAN_PARTS = ("loss_align", "d_p", "d_n", "hinge", "v_norm", "mean_cosine", "centered_cosine")
+MEAN_PARTS = (
+    "loss_align",
+    "loss_sim",
+    "loss_smlm",
+    "loss_xtr",
+    "d_p",
+    "d_n",
+    "hinge",
+    "v_norm",
+    "mean_cosine",
+    "centered_cosine",
+)
 SUM_PARTS = ("loss_mt", "loss_distance")
 COUNT_PARTS = ("skipped_pair_losses",)
 

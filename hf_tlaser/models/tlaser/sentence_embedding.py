@@ -185,7 +185,7 @@ def centered_pair_cosine(vectors: torch.Tensor, pair_index: torch.LongTensor) ->
 # model_type -> sentence-transformers pooling mode. T-LASER's sentence vector is the final encoder output at STR_TAG
 # (position 0); LASER's is the max over the non-pad BiLSTM outputs, and LaserModel's last_hidden_state is exactly
 # those outputs (zeros at padding, which Pooling masks out), so sentence-transformers' max pooling reproduces it.
-POOLING = {"tlaser": "cls", "laser": "max"}
+POOLING = {"tlaser": "cls", "laser": "max", "yu2018": "mean", "ldt": "mean"}
 _LEGACY_POOLING_KEYS = {
     "cls": "pooling_mode_cls_token",
     "mean": "pooling_mode_mean_tokens",
@@ -536,6 +536,11 @@ class TranslationMixin:
         super().save_pretrained(save_directory, *args, **kwargs)
         if kwargs.get("is_main_process", True):
             add_sentence_transformers_files(save_directory, normalize=None)
+
+    @property
+    def needs_target_encoding(self) -> bool:
+        """Whether training batches must also carry the targets in encoder format (a loss on translation pairs)."""
+        return self.config.distance_beta > 0 or self.config.align_loss_weight > 0
 
     def encode_sentences(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
         return self.encoder(input_ids=input_ids, attention_mask=attention_mask, pooled_only=True).pooler_output

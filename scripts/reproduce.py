@@ -1,14 +1,16 @@
-"""Small-scale reproduction of the T-LASER paper's Table 4 (Table 6: ``--bilingual``) and of NV vs cNV (``--cnv``).
+"""Small-scale reproduction of the T-LASER paper's Table 4 (Table 6: ``--bilingual``), the whole family
+(``--family``) and NV vs cNV (``--cnv``).
 
-Trains ``tlaser``, ``ctlaser``, ``laser6`` and ``claser6`` (``--bilingual``: T-LASER vs cT-LASER on en-es/es-en
-only; ``--cnv``: ``nv`` and ``cnv`` on en-de, where ``nv`` is ``--model cnv`` with ``distance_beta=0``) on the same
-data for the same number of updates with the same seed, evaluates each next to the same architecture at random init
-and the tfidf-char lexical baseline (SIB-200 zero-shot transfer with LASER's classifier protocol, NTREX-128
-retrieval; a cNV model on its own two languages), and writes markdown tables. ``--budget-minutes`` is only a safety
-stop per model.
+Trains ``tlaser``, ``ctlaser``, ``laser6`` and ``claser6`` (``--family``: also ``laser1``, ``yu2018`` and ``ldt``;
+``--bilingual``: T-LASER vs cT-LASER on en-es/es-en only; ``--cnv``: ``nv`` and ``cnv`` on en-de, where ``nv`` is
+``--model cnv`` with ``distance_beta=0``) on the same data (one joint BPE) for the same number of updates with the
+same seed, evaluates each next to the same architecture at random init, the tfidf-char lexical baseline and the
+majority class (SIB-200 zero-shot transfer with LASER's classifier protocol, NTREX-128 retrieval; a cNV model on its
+own two languages), and writes one markdown table with parameters, pairs seen, CPU-minutes and tokens/s beside the
+scores. ``--budget-minutes`` is only a safety stop per model.
 
-    python scripts/reproduce.py --updates 800 [--preset tiny] [--bilingual | --cnv]
-        [--precision auto|fp32|bf16|fp16] [--output runs/reproduce]
+    python scripts/reproduce.py --updates 800 [--preset tiny] [--family | --bilingual | --cnv]
+        [--models M ...] [--precision auto|fp32|bf16|fp16] [--output runs/reproduce]
 
 ``--precision`` goes to training and evaluation alike; ``auto`` picks what is fast on this hardware (bf16 only on
 CUDA or a CPU with native bf16, else fp16 on CUDA or fp32).
@@ -28,6 +30,7 @@ import numpy as np
 import torch
 
 from hf_tlaser.evaluation.cli import evaluate_model
+from hf_tlaser.evaluation.lexical import NAME as LEXICAL_NAME
 from hf_tlaser.evaluation.readers import LANGS
 from hf_tlaser.evaluation.report import markdown_table
 from hf_tlaser.hardware import PRECISIONS, cpu_capability, cpu_model, resolve_precision
@@ -49,6 +52,11 @@ SETTINGS = {
     "table4": Setting(
         "8 pairs (Table 4 setting)",
         ("tlaser", "ctlaser", "laser6", "claser6"),
+        "de-en,de-es,en-es,es-en,fr-en,fr-es,it-en,it-es",
+    ),
+    "family": Setting(
+        "the LASER family on the 8 pairs (Table 4 setting)",
+        ("tlaser", "ctlaser", "laser1", "laser6", "claser6", "yu2018", "ldt"),
         "de-en,de-es,en-es,es-en,fr-en,fr-es,it-en,it-es",
     ),
     "bilingual": Setting("bilingual en-es/es-en (Table 6 setting)", ("tlaser", "ctlaser"), "en-es,es-en"),
@@ -118,7 +126,6 @@ def run(args: argparse.Namespace) -> None:
         tokenizer = tokenizer or (folder if shares_bpe else None)
         nmt = nmt or _nmt_pair_of(out, setting)
         history = [e for e in trainer.state.log_history if "tokens_per_second" in e]
-        tps = float(np.median([e["tokens_per_second"] for e in history[1:]] or [0.0]))
         result = evaluate_model(  # one call: the model, then the random-init and tfidf-char reference rows
             folder,
             ["retrieval", "sib200"],
@@ -127,27 +134,19 @@ def run(args: argparse.Namespace) -> None:
             retrieval_sets=("ntrex128",),
             precision=args.precision,
         )
-        rows = {"trained": result, **result["references"]}
-        for init, entry in rows.items():
-            records[f"{model}/{init}"] = {
-                "sib200": entry["sib200"]["summary"],
-                "ntrex_xsim_absolute": mean_xsim(entry, margin="absolute"),
-                "ntrex_xsim_ratio": mean_xsim(entry),
-                "updates": trainer.state.global_step if init == "trained" else 0,
-            }
-        records[f"{model}/trained"].update(minutes=minutes, tokens_per_second=tps)
-        saved.write_text(json.dumps(records, indent=2))
-    rows, retrieval_rows = [], []
-    for key, record in records.items():
-        model, init = key.split("/")
-        cross, same, all_ = (record["sib200"][k] for k in ("cross", "same", "all"))
-        tps = f"{record['tokens_per_second']:.0f}" if "tokens_per_second" in record else ""
-        rows.append([model, init, record["updates"], *(f"{v[0]:.1f} ± {v[1]:.1f}" for v in (cross, same, all_)), tps])
-        retrieval_rows.append(
-            [model, init, f"{record['ntrex_xsim_absolute']:.1f}", f"{record['ntrex_xsim_ratio']:.1f}"]
+        for init, entry in {"trained": result, **result["references"]}.items():
+            key = f"reference/{init}" if init == LEXICAL_NAME else f"{model}/{init}"
+            records[key] = scores(entry)
+        records[f"{model}/trained"].update(
+            updates=trainer.state.global_step,
+            pairs=sum(e.get("pairs", 0) for e in history),
+            minutes=minutes,
+            cpu_minutes=minutes * torch.get_num_threads(),
+            tokens_per_second=float(np.median([e["tokens_per_second"] for e in history[1:]] or [0.0])),
+            parameters=parameter_counts(trainer.model),
         )
-    table = markdown_table(["model", "weights", "updates", "SIB-200 cross", "same", "all", "target tok/s"], rows)
-    retrieval = markdown_table(["model", "weights", "NTREX xsim err % (cosine)", "(margin ratio)"], retrieval_rows)
+        records["reference/majority class"] = {"sib200": {"cross": [result["sib200"]["majority_class"], 0.0]}}
+        saved.write_text(json.dumps(records, indent=2))
     n = len(setting.languages)
     text = (
         f"## Reproduction: {setting.title}, preset `{args.preset}`, {args.updates} updates per model, "
@@ -155,13 +154,65 @@ def run(args: argparse.Namespace) -> None:
         f"Command: `python scripts/reproduce.py {' '.join(args.argv)}`\n\n"
         f"Machine: {cpu_model()} ({cpu_capability() or platform.machine()}), {torch.get_num_threads()} threads, "
         f"torch {torch.__version__}; precision {precision.precision} ({precision.reason}).\n\n"
-        f"SIB-200 zero-shot transfer accuracy (%), LASER's MLDoc classifier protocol, mean ± std over {args.seeds} "
-        f"classifier seeds (cross = train on one language, test on the {n - 1} other(s); same = diagonal):\n\n"
-        f"{table}\n\nNTREX-128 retrieval, mean xsim error over the {n * (n - 1)} language directions "
-        f"({', '.join(setting.languages)}):\n\n{retrieval}\n"
+        f"NTREX-128: mean xsim error % over the {n * (n - 1)} language directions ({', '.join(setting.languages)}), "
+        "cosine (absolute) and margin (ratio) scoring. SIB-200: zero-shot transfer accuracy %, LASER's MLDoc "
+        f"classifier protocol, mean ± std over {args.seeds} classifier seeds (cross = train on one language, test on "
+        f"the {n - 1} other(s); same = diagonal). Parameters: the whole training model / the sentence encoder. "
+        "CPU-minutes: wall minutes of training x threads.\n\n"
+        f"{results_table(records)}\n"
     )
     (out / "results.md").write_text(text)
     print(text)
+
+
+def scores(entry: dict) -> dict:
+    """NTREX-128 mean xsim errors and the SIB-200 summary of one evaluated row."""
+    return {
+        "sib200": entry["sib200"]["summary"],
+        "ntrex_xsim_absolute": mean_xsim(entry, margin="absolute"),
+        "ntrex_xsim_ratio": mean_xsim(entry),
+    }
+
+
+def parameter_counts(model: torch.nn.Module) -> tuple[int, int]:
+    """Parameters of the training model and of its sentence encoder (the model itself when it has no decoder)."""
+    encoder = getattr(model, "encoder", model)
+    return sum(p.numel() for p in model.parameters()), sum(p.numel() for p in encoder.parameters())
+
+
+def results_table(records: dict) -> str:
+    """One markdown table: every model trained and at random init, then the lexical baseline and majority class."""
+
+    def cell(value: float | None, digits: int = 1) -> str:
+        return "-" if value is None else f"{value:.{digits}f}"
+
+    def accuracy(record: dict, key: str) -> str:
+        value = record["sib200"].get(key)
+        return "-" if value is None else f"{value[0]:.1f} ± {value[1]:.1f}"
+
+    rows = []
+    references = [key for key in records if key.startswith("reference/")]
+    for key in [*(key for key in records if key not in references), *references]:
+        record = records[key]
+        model, init = key.split("/")
+        label = init if model == "reference" else f"{model} ({init})"
+        params = record.get("parameters")
+        rows.append(
+            [
+                label,
+                f"{params[0] / 1e6:.1f} / {params[1] / 1e6:.1f}" if params else "-",
+                record.get("updates", "-"),
+                f"{record['pairs']:,}" if record.get("pairs") else "-",
+                cell(record.get("cpu_minutes")),
+                cell(record.get("tokens_per_second"), 0),
+                cell(record.get("ntrex_xsim_absolute")),
+                cell(record.get("ntrex_xsim_ratio")),
+                *(accuracy(record, k) for k in ("cross", "same", "all")),
+            ]
+        )
+    headers = ["model", "params M", "updates", "pairs seen", "CPU-min", "target tok/s", "NTREX err % (abs)"]
+    headers += ["(ratio)", "SIB-200 cross %", "same %", "all %"]
+    return markdown_table(headers, rows)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -176,6 +227,13 @@ def main(argv: list[str] | None = None) -> None:
         action="store_const",
         const="bilingual",
         help="Table 6: en-es/es-en only, T-LASER vs cT-LASER",
+    )
+    which.add_argument(
+        "--family",
+        dest="setting",
+        action="store_const",
+        const="family",
+        help="every family member of the 8-pair setting: T-LASER, cT-LASER, LASER_1, LASER_6, cLASER_6, Yu 2018, LDT",
     )
     which.add_argument(
         "--cnv", dest="setting", action="store_const", const="cnv", help="NV vs cNV on en-de (the cNV paper)"

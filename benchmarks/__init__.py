@@ -7,6 +7,7 @@ One module per benchmark, each with ``run(size) -> BenchResult`` (``size``: ``sm
 3. ``embedding_throughput``: ``hf_tlaser.encode`` vs sentence-transformers, plus the fast-path ablation.
 4. ``flops``: encoder forward FLOP/s vs the measured matmul peak.
 5. ``document_length``: time and peak memory of one document of 128 ... 2048 tokens.
+6. ``generation_speed``: ``generate`` (GenerationMixin + decoder cache) vs re-decoding the prefix every step.
 """
 
 BENCHMARKS: dict[int, str] = {
@@ -15,5 +16,6 @@ BENCHMARKS: dict[int, str] = {
     3: "benchmarks.embedding_throughput",
     4: "benchmarks.flops",
     5: "benchmarks.document_length",
+    6: "benchmarks.generation_speed",
 }
 """Benchmark number -> module (imported lazily: the memory worker subprocess must start fast)."""

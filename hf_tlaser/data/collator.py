@@ -31,8 +31,9 @@ class TranslationCollator:
     Pair mode (items with ``src``/``tgt``; one pair a->b per batch): ``input_ids``/``attention_mask`` [B, S]
     source in encoder format (``STR_TAG ... </s>``, right-padded); ``labels`` [B, L] target tokens + eos, padded
     with -100; ``tgt_lang`` [B] index of b in ``languages``; with ``with_target_encoding`` also
-    ``tgt_input_ids``/``tgt_attention_mask`` (target in encoder format); ``group_index`` [B] ``arange(B)`` (every
-    pair its own group).
+    ``tgt_input_ids``/``tgt_attention_mask`` (target in encoder format); with ``with_source_language`` also
+    ``src_lang`` [B] (index of a: models that also train b->a); ``group_index`` [B] ``arange(B)`` (every pair its
+    own group).
 
     Multi-way mode (group items ``{lang: text}``): ``input_ids``/``attention_mask`` [N, S] every sentence that takes
     part in a curriculum pair present in its group, once; per translation direction t: ``labels`` [T, L],
@@ -48,13 +49,16 @@ class TranslationCollator:
         with_target_encoding: bool = False,
         pairs: Sequence[Pair] = DEFAULT_PAIRS,
         max_length: int | None = None,
+        with_source_language: bool = False,
     ) -> None:
-        """``pairs``: curriculum directions (multi-way mode); ``max_length`` truncates sentences (default: none)."""
+        """``pairs``: curriculum directions (multi-way mode); ``max_length`` truncates sentences (default: none);
+        ``with_source_language``: pair batches also carry ``src_lang``."""
         if tokenizer.eos_token_id is None:
             raise ValueError("the tokenizer has no eos_token (expected '</s>')")
         check_languages({lang for pair in pairs for lang in pair}, languages, what="language in pairs")
         self.tokenizer, self.languages, self.pairs = tokenizer, list(languages), list(pairs)
         self.with_target_encoding, self.max_length = with_target_encoding, max_length
+        self.with_source_language = with_source_language
 
     def _encode(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         enc = self.tokenizer(
@@ -85,7 +89,7 @@ class TranslationCollator:
         pairs = {(ex["src_lang"], ex["tgt_lang"]) for ex in examples}
         if len(pairs) != 1:
             raise ValueError(f"a pair-mode micro-batch must hold one language pair, got {sorted(pairs)}")
-        ((_, tgt_lang),) = pairs
+        ((src_lang, tgt_lang),) = pairs
         check_languages([tgt_lang], self.languages, what="target language")
         sources = [ex["src"] for ex in examples]
         targets = [ex["tgt"] for ex in examples]
@@ -99,6 +103,9 @@ class TranslationCollator:
         }
         if self.with_target_encoding:
             batch["tgt_input_ids"], batch["tgt_attention_mask"] = self._encode(targets)
+        if self.with_source_language:
+            check_languages([src_lang], self.languages, what="source language")
+            batch["src_lang"] = torch.full((len(examples),), self.languages.index(src_lang), dtype=torch.long)
         return batch
 
     def _multiway_batch(self, examples: list[dict[str, str | None]]) -> dict[str, torch.Tensor]:

@@ -87,7 +87,12 @@ def sentence_vector_size(config: dict) -> int:
 def model_name(config: dict) -> str:
     """Display name of an hf_tlaser config: T-LASER / cT-LASER, LASER-n / cLASER-n (n BiLSTM layers), and
     cNV(y)_con / cNV(y)_sum (each language through its own encoder; cNV_con / cNV_sum when the translation's
-    vector is added, eq. 4 / 6; NV without the distance constraint) with the paper's notation."""
+    vector is added, eq. 4 / 6; NV without the distance constraint) with the paper's notation; LDT for the
+    Lightweight Dual Transformer; Yu 2018 for Yu et al.'s seq2seq with similarity loss."""
+    if config["model_type"] == "ldt":
+        return "LDT"
+    if config["model_type"] == "yu2018":
+        return "Yu 2018"
     constrained = float(config.get("distance_beta") or 0) > 0
     if config["model_type"] == "cnv":
         source = "" if config.get("combine_translation") else "(y)"

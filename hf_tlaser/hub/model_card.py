@@ -66,6 +66,19 @@ CNV_CITATION = (
     "Wei Li and Brian Mak: cNV, cross-lingual document vectors from the shared layers of a pair of NMT models "
     "(NV, NTDV) trained with a distance constraint."
 )
+LDT_CITATION = (
+    "Zhuoyuan Mao, Prakhar Gupta, Chenhui Chu, Martin Jaggi and Sadao Kurohashi: Lightweight Cross-Lingual Sentence "
+    "Representation Learning (ACL 2021), the Lightweight Dual Transformer."
+)
+YU2018_CITATION = """```bibtex
+@inproceedings{yu-etal-2018-multilingual,
+  title = "Multilingual Seq2seq Training with Similarity Loss for Cross-Lingual Document Classification",
+  author = "Yu, Katherin and Li, Haoran and Oguz, Barlas",
+  booktitle = "Proceedings of the Third Workshop on Representation Learning for NLP",
+  year = "2018",
+  pages = "175--179"
+}
+```"""
 RESEARCH_ONLY = "research use (no explicit licence)"
 # terms of the corpora in shared/data, from their PROVENANCE.md files
 CORPUS_TERMS = {
@@ -205,9 +218,76 @@ def _cnv_details(config: dict, model_dir: Path) -> str:
     return _table(["", ""], rows)
 
 
+def _ldt_details(config: dict, model_dir: Path) -> str:
+    weights = (config.get("generative_loss_weight"), config.get("align_loss_weight"), config.get("sim_loss_weight"))
+    rows = [
+        [
+            "Architecture",
+            f"post-LN transformer encoder shared by all languages, no decoder: {config['num_hidden_layers']} layers, "
+            f"hidden size {config['hidden_size']}, {config['num_attention_heads']} heads, FFN "
+            f"{config['intermediate_size']}",
+        ],
+        ["Sentence vector", f"{config['hidden_size']}-dim mean of the final hidden states (mean pooling)"],
+        [
+            "Training objective",
+            f"eq. 7 of the paper with weights {weights}: the generative task {config.get('generative_task')!r} "
+            "(UGT: single-word masked LM and cross-lingual token reconstruction, predicted from the sentence vector), "
+            "in-batch sentence alignment (inner products) and sentence similarity losses",
+        ],
+        [
+            "Vocabulary",
+            f"joint BPE, {config['vocab_size']} tokens" + (", lowercased" if _lowercases(model_dir) else ""),
+        ],
+        ["Maximum input length", f"{config.get('max_position_embeddings')} tokens (incl. STR_TAG and </s>)"],
+        ["Languages", ", ".join(config.get("languages") or [])],
+    ]
+    counts = _checkpoint_parameters(model_dir)
+    if counts:
+        rows.append(["Parameters", f"{counts[0] / 1e6:.1f}M in the encoder ({counts[1] / 1e6:.1f}M with the head)"])
+    return _table(["", ""], rows)
+
+
+def _yu2018_details(config: dict, model_dir: Path) -> str:
+    pooling = {"mean": "mean", "max": "max", "self_attention": "one-hop self-attention (Lin et al. 2017)"}
+    objective = (
+        "multilingual translation in both directions of each bilingual batch through an LSTM decoder without "
+        "attention that sees only the sentence vector and the target-language token"
+    )
+    if float(config.get("similarity_weight") or 0) > 0:
+        objective += f", plus the similarity loss ||h(s) - h(t)||^2 (alpha={config['similarity_weight']})"
+    if float(config.get("encoder_l2_weight") or 0) > 0:
+        objective += f", plus an L2 penalty on the encoder weights ({config['encoder_l2_weight']})"
+    rows = [
+        [
+            "Architecture",
+            f"LSTM encoder: a bidirectional layer of {config['encoder_hidden_size']} units per direction, then a "
+            f"layer of {config['hidden_size']} units; {config['embed_dim']}-dim token embeddings",
+        ],
+        [
+            "Sentence vector",
+            f"{config['hidden_size']}-dim {pooling[config.get('pooling', 'mean')]} over the top encoder states",
+        ],
+        ["Training objective", objective],
+        [
+            "Vocabulary",
+            f"joint BPE, {config['vocab_size']} tokens" + (", lowercased" if _lowercases(model_dir) else ""),
+        ],
+        ["Maximum input length", f"{config.get('max_position_embeddings')} tokens (incl. STR_TAG and </s>)"],
+        ["Languages", ", ".join(config.get("languages") or [])],
+    ]
+    counts = _checkpoint_parameters(model_dir)
+    if counts:
+        rows.append(["Parameters", f"{counts[0] / 1e6:.1f}M in the encoder ({counts[1] / 1e6:.1f}M with the decoder)"])
+    return _table(["", ""], rows)
+
+
 def _details(config: dict, model_dir: Path) -> str:
     if model_languages(config) is not None:
         return _cnv_details(config, model_dir)
+    if config["model_type"] == "yu2018":
+        return _yu2018_details(config, model_dir)
+    if config["model_type"] == "ldt":
+        return _ldt_details(config, model_dir)
     dim = sentence_vector_size(config)
     if config["model_type"] == "tlaser":
         architecture = (
@@ -374,6 +454,12 @@ def render_model_card(
         tags = ["sentence-transformers", "feature-extraction", "sentence-similarity", "t-laser", "multilingual"]
     if config["model_type"] == "laser":
         tags.append("laser")
+    if config["model_type"] == "yu2018":
+        tags = [tag for tag in tags if tag != "t-laser"] + ["yu2018", "seq2seq-similarity-loss"]
+        if pooling_mode(config) is None:  # self-attention pooling: no sentence-transformers layout
+            tags.remove("sentence-transformers")
+    if config["model_type"] == "ldt":
+        tags = [tag for tag in tags if tag != "t-laser"] + ["ldt", "lightweight-dual-transformer"]
     metadata = ModelCardData(
         language=languages,
         license="apache-2.0",
@@ -395,6 +481,18 @@ def render_model_card(
             f"distance constraint) trained with hf_tlaser: shared layers over a pair of {frozen}NMT models give one "
             f"{dim}-dim vector per sentence or document for {names}, each language through its own encoder."
         )
+    elif config["model_type"] == "yu2018":
+        summary = (
+            f"A {name} multilingual sentence encoder (Yu, Li & Oguz 2018, *Multilingual seq2seq training with "
+            f"similarity loss for cross-lingual document classification*) trained with hf_tlaser: one {dim}-dim "
+            f"vector per sentence or document for {names}."
+        )
+    elif config["model_type"] == "ldt":
+        summary = (
+            f"An {name} multilingual sentence encoder (Mao et al. 2021, *Lightweight Cross-Lingual Sentence "
+            f"Representation Learning*) trained with hf_tlaser: one {dim}-dim vector per sentence or document for "
+            f"{names}."
+        )
     else:
         summary = (
             f"A {name} multilingual sentence encoder (Li & Mak 2020, *Transformer based Multilingual document "
@@ -411,7 +509,9 @@ def render_model_card(
         training=_training(train, state),
         evaluation=_evaluation(evaluation),
         limitations=_limitations(config, train),
-        citation=CNV_CITATION if per_language else TLASER_CITATION,
+        citation=CNV_CITATION
+        if per_language
+        else {"ldt": LDT_CITATION, "yu2018": YU2018_CITATION}.get(config["model_type"], TLASER_CITATION),
         version=__version__,
     )
 
@@ -421,11 +521,11 @@ def _usage(config: dict, repo_id: str) -> str:
     hf_tlaser with ``lang`` for a model with one encoder per language (cNV)."""
     languages = model_languages(config)
     if languages is None:
-        pooling_code = (
-            "the STR_TAG vector, = output.last_hidden_state[:, 0]"
-            if pooling_mode(config) == "cls"
-            else "max over the BiLSTM outputs of the non-pad tokens"
-        )
+        pooling_code = {
+            "cls": "the STR_TAG vector, = output.last_hidden_state[:, 0]",
+            "max": "max over the encoder outputs of the non-pad tokens",
+            "mean": "mean over the encoder outputs of the non-pad tokens",
+        }.get(pooling_mode(config), "self-attention pooling over the encoder outputs of the non-pad tokens")
         return Template(USAGE.read_text(encoding="utf-8")).substitute(repo_id=repo_id, pooling_code=pooling_code)
     a, b = languages
     return Template(USAGE_PER_LANGUAGE.read_text(encoding="utf-8")).substitute(

@@ -401,6 +401,7 @@ def special_token_ids(tokenizer: PreTrainedTokenizerBase, source: str, config_cl
         ids["unk_token_id"] = tokenizer.unk_token_id
     ids["decoder_start_token_id"] = ids["eos_token_id"]
     defaults = inspect.signature(config_class.__init__).parameters
+    ids = {key: value for key, value in ids.items() if key in defaults}  # an encoder-only config has no decoder start
     changed = [
         f"{key}={value} (config default {defaults[key].default})"
         for key, value in ids.items()
@@ -536,6 +537,8 @@ def train(args: argparse.Namespace) -> LaserTrainer:
             raise UsageError(f"--{flag.replace('_', '-')} is an option of --model cnv, not of --model {args.model}")
     preset = get_preset(args.model, args.preset)
     recipe = _recipe(args, preset)
+    if recipe.batching == "multiway" and not getattr(preset.model_class, "supports_multiway", True):
+        raise UsageError(f"--batching multiway: --model {args.model} trains on bilingual batches only (use pair)")
     checkpoint = check_output_dir(args)
     if checkpoint is not None:
         check_resume(checkpoint, args)
@@ -595,7 +598,12 @@ def train(args: argparse.Namespace) -> LaserTrainer:
     sampler = plan_batches(lengths, recipe, pairs, training_args, source, sampler_class)
     model = preset.model_class(config)
     collator = TranslationCollator(
-        tokenizer, config.languages, with_target_encoding=model.needs_target_encoding, pairs=pairs, max_length=None
+        tokenizer,
+        config.languages,
+        with_target_encoding=model.needs_target_encoding,
+        pairs=pairs,
+        max_length=None,
+        with_source_language=getattr(model, "needs_source_language", False),
     )
     logger.info(
         "%s: %.1fM parameters, %d groups, %d micro-batches/epoch/rank, accumulation %d, batching=%s, languages %s; "

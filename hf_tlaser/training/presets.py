@@ -1,6 +1,8 @@
 """Model and recipe presets: ``paper`` (Table 1 sizes, fairseq recipe), ``small`` and ``tiny`` (a few CPU minutes)
 for each model family: ``tlaser``, ``ctlaser``, ``laser1``, ``laser6``, ``claser6``, and ``cnv`` (Li & Mak: the
-shared layers over a frozen bilingual NMT pair, whose Marian sizes and recipe are the preset's ``nmt``)."""
+shared layers over a frozen bilingual NMT pair, whose Marian sizes and recipe are the preset's ``nmt``), and
+``yu2018`` (Yu et al. 2018: LSTM seq2seq with similarity loss); ``ldt`` (Mao et al. 2021: the Lightweight Dual
+Transformer, a 2-layer encoder trained without a decoder)."""
 
 from __future__ import annotations
 
@@ -10,9 +12,11 @@ from transformers import PretrainedConfig
 
 from hf_tlaser.models.cnv import CNVConfig, CNVModel
 from hf_tlaser.models.laser import LaserConfig, LaserForTranslation
+from hf_tlaser.models.ldt import LDTConfig, LDTForAlignment
 from hf_tlaser.models.tlaser import TLaserConfig, TLaserForTranslation
+from hf_tlaser.models.yu2018 import Yu2018Config, Yu2018ForTranslation
 
-MODELS = ("tlaser", "ctlaser", "laser1", "laser6", "claser6", "cnv")
+MODELS = ("tlaser", "ctlaser", "laser1", "laser6", "claser6", "cnv", "yu2018", "ldt")
 SIZES = ("paper", "small", "tiny")
 
 
@@ -122,6 +126,21 @@ _RECIPES = {
         max_lines=60000,
     ),
 }
+# Yu 2018 (sec. 2): paper = its sizes (85k vocabulary, BiLSTM 512 + LSTM 1024, decoder 1024) and gradient clipping
+# at 5; tiny is as wide as LASER's tiny (192-dim sentence vectors, 128-dim embeddings, decoder 384); alpha: see
+# Yu2018Config.similarity_weight
+_YU2018_SIZES = {
+    "paper": {},
+    "small": dict(embed_dim=256, encoder_hidden_size=256, hidden_size=512, decoder_hidden_size=1024),
+    "tiny": dict(
+        embed_dim=128, encoder_hidden_size=96, hidden_size=192, decoder_hidden_size=384, self_attention_dim=64
+    ),
+}
+_YU2018_RECIPES = {  # gradient clipping at max norm 5 (sec. 2); the paper's 85k vocabulary
+    "paper": replace(_RECIPES["paper"], vocab_size=85000, max_grad_norm=5.0),
+    "small": replace(_RECIPES["small"], max_grad_norm=5.0),
+    "tiny": replace(_RECIPES["tiny"], max_grad_norm=5.0),
+}
 # cNV (Li & Mak, sec. 3): the shared layers (d_h 1024, r 4, N_s 20, beta 0.5, alpha 2 sqrt(d_h) = the config
 # default) trained with Adam on batches of 80 sentence pairs (of at most 50 tokens) for 5 epochs over the frozen
 # NMT pair; the NMT models: vocabulary 85,000, word embeddings 500, hidden size 1024, batches of 80, Adam. Their
@@ -190,6 +209,33 @@ _PLAIN = dict(distance_beta=0.0)
 _CONSTRAINED = dict(distance_beta=0.25)
 
 
+# LDT (Mao et al. 2021, sec. 4.1): batches of 128 pairs (max_sentences; max_tokens = 128 x the longest sentence
+# never binds first), Adam at 1e-3 with betas (0.9, 0.999) and the authors' weight decay 1e-5, dropout 0.1 (config
+# default). The authors warm up with pytorch_warmup's untuned linear warm-up (2 / (1 - beta2) = 2000 updates), then
+# divide the lr by 10 after 3 epochs; the Trainer here decays as 1 / sqrt(update) after the warm-up instead. tiny
+# has cT-LASER tiny's data and token budget (8k BPE, <= 40 tokens, 4000 target tokens per update, one micro-batch,
+# ~180 pairs: the in-batch negatives) on a d=256 encoder, the compute-lite member; small sits between.
+_LDT_SIZES = {
+    "paper": {},
+    "small": dict(hidden_size=384, num_attention_heads=6, intermediate_size=768),
+    "tiny": dict(hidden_size=256, num_attention_heads=4, intermediate_size=512),
+}
+_LDT_ADAM = dict(learning_rate=1e-3, adam_betas=(0.9, 0.999), weight_decay=1e-5)
+_LDT_RECIPES = {
+    "paper": Recipe(max_tokens=32000, update_tokens=32000, max_sentences=128, warmup_updates=2000, **_LDT_ADAM),
+    "small": Recipe(
+        vocab_size=32000,
+        max_tokens=8000,
+        update_tokens=8000,
+        max_sentences=128,
+        warmup_updates=1000,
+        max_grad_norm=1.0,
+        **_LDT_ADAM,
+    ),
+    "tiny": replace(_RECIPES["tiny"], **_LDT_ADAM),
+}
+
+
 def get_preset(model: str, size: str = "tiny") -> Preset:
     """The preset for ``model`` (one of MODELS) at ``size`` (one of SIZES)."""
     if model not in MODELS:
@@ -199,6 +245,11 @@ def get_preset(model: str, size: str = "tiny") -> Preset:
     if model == "cnv":
         nmt = replace(_NMT[size], config_kwargs=dict(_NMT[size].config_kwargs), recipe=replace(_NMT[size].recipe))
         return Preset(f"cnv-{size}", CNVConfig, CNVModel, dict(_CNV_SIZES[size]), replace(_CNV_RECIPES[size]), nmt)
+    if model == "ldt":
+        return Preset(f"ldt-{size}", LDTConfig, LDTForAlignment, dict(_LDT_SIZES[size]), replace(_LDT_RECIPES[size]))
+    if model == "yu2018":
+        recipe = replace(_YU2018_RECIPES[size])
+        return Preset(f"yu2018-{size}", Yu2018Config, Yu2018ForTranslation, dict(_YU2018_SIZES[size]), recipe)
     recipe = replace(_RECIPES[size])
     if model in ("tlaser", "ctlaser"):
         kwargs = {**_TLASER_SIZES[size], **(_CONSTRAINED if model == "ctlaser" else _PLAIN)}

@@ -20,7 +20,9 @@ logger = logging.getLogger(__name__)
 MEAN_PARTS = (
     "loss_align",
     "loss_sim",
+    "loss_generative",
     "loss_smlm",
+    "loss_mlm",
     "loss_xtr",
     "d_p",
     "d_n",

@@ -176,15 +176,19 @@ class LaserDecoder(nn.Module):
         decoder_input_ids: torch.LongTensor,
         sentence_embedding: torch.Tensor,
         tgt_lang: torch.LongTensor,
-    ) -> torch.Tensor:
-        """Decoder outputs [B, L, decoder_hidden_size] for the whole target prefix in one LSTM call."""
+        state: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """Decoder outputs [B, n, decoder_hidden_size] of the n tokens in one LSTM call, and the LSTM (h, c)
+        [layers, B, H] after them; ``state`` continues an earlier call (default: ``initial_state``)."""
         length = decoder_input_ids.shape[1]
         tokens = self.embed_tokens(decoder_input_ids)
         lang = self.embed_langs(tgt_lang)[:, None].expand(-1, length, -1).to(tokens.dtype)
         inputs = self.dropout(torch.cat([tokens, lang], dim=-1))
         sentence = sentence_embedding[:, None].expand(-1, length, -1).to(inputs.dtype)
-        output, _ = run_rnn(self.lstm, torch.cat([inputs, sentence], dim=-1), self.initial_state(sentence_embedding))
-        return self.dropout(output)
+        if state is None:
+            state = self.initial_state(sentence_embedding)
+        output, state = run_rnn(self.lstm, torch.cat([inputs, sentence], dim=-1), state)
+        return self.dropout(output), state
 
 
 class LaserForTranslation(TranslationMixin, LaserPreTrainedModel):
@@ -203,14 +207,18 @@ class LaserForTranslation(TranslationMixin, LaserPreTrainedModel):
     def get_output_embeddings(self) -> nn.Linear:
         return self.lm_head
 
-    def decode_logits(
+    def decoder_step(
         self,
         decoder_input_ids: torch.LongTensor,
         sentence_embedding: torch.Tensor,
         tgt_lang: torch.LongTensor,
-    ) -> torch.Tensor:
-        """Scores [T, L, vocab] of the next token after every prefix of ``decoder_input_ids`` [T, L]."""
-        return self.lm_head(self.decoder(decoder_input_ids, sentence_embedding, tgt_lang))
+        cache: dict[str, torch.Tensor] | None = None,
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Scores [B, n, vocab] after each new token of ``decoder_input_ids`` [B, n], and the cache: the LSTM state
+        after them, batch first (``hidden``, ``cell``: [B, layers, H])."""
+        state = None if cache is None else (cache["hidden"].transpose(0, 1), cache["cell"].transpose(0, 1))
+        output, (hidden, cell) = self.decoder(decoder_input_ids, sentence_embedding, tgt_lang, state)
+        return self.lm_head(output), {"hidden": hidden.transpose(0, 1), "cell": cell.transpose(0, 1)}
 
 
 LaserModel.register_for_auto_class("AutoModel")

@@ -71,20 +71,46 @@ class TLaserAttention(nn.Module):
         attn_mask: torch.Tensor | None = None,
         is_causal: bool = False,
     ) -> torch.Tensor:
-        bsz, q_len, embed_dim = query.shape
-        kv_len = key_value.shape[1]
-        q = self.q_proj(query).view(bsz, q_len, self.num_heads, self.head_dim).transpose(1, 2)
+        return self.attend(query, *self.keys_values(key_value), attn_mask=attn_mask, is_causal=is_causal)
+
+    def keys_values(self, key_value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values [B, heads, kv_len, head_dim] of ``key_value`` [B, kv_len, kv_dim]."""
+        bsz, kv_len = key_value.shape[:2]
         k = self.k_proj(key_value).view(bsz, kv_len, self.num_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(key_value).view(bsz, kv_len, self.num_heads, self.head_dim).transpose(1, 2)
+        return k, v
+
+    def attend(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attn_mask: torch.Tensor | None = None,
+        is_causal: bool = False,
+    ) -> torch.Tensor:
+        """Attention of ``query`` [B, q_len, d] over projected ``key`` / ``value`` (see ``keys_values``)."""
+        bsz, q_len, embed_dim = query.shape
+        q = self.q_proj(query).view(bsz, q_len, self.num_heads, self.head_dim).transpose(1, 2)
         out = F.scaled_dot_product_attention(
             q,
-            k,
-            v,
+            key,
+            value,
             attn_mask=attn_mask,
             dropout_p=self.dropout if self.training else 0.0,
             is_causal=is_causal,
         )
         return self.out_proj(out.transpose(1, 2).reshape(bsz, q_len, embed_dim))
+
+
+def causal_mask(q_len: int, kv_len: int, device: torch.device) -> dict:
+    """``attend`` arguments for queries that are the last ``q_len`` of ``kv_len`` positions, each seeing itself and
+    the positions before it."""
+    if q_len == 1:
+        return {}
+    if q_len == kv_len:
+        return {"is_causal": True}
+    positions = torch.arange(kv_len, device=device)
+    return {"attn_mask": positions[None] <= positions[kv_len - q_len :, None]}
 
 
 class TLaserFeedForward(nn.Module):
@@ -236,11 +262,19 @@ class TLaserDecoderLayer(nn.Module):
         self.ffn = TLaserFeedForward(config, config.decoder_ffn_dim)
         self.dropout = nn.Dropout(config.dropout)
 
-    def forward(self, hidden: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, hidden: torch.Tensor, memory: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None = None
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """Outputs for the new positions ``hidden`` [B, n, d], and the self-attention keys/values of all positions
+        so far; ``past``: those of the earlier positions."""
         normed = self.self_attn_layer_norm(hidden)
-        hidden = hidden + self.dropout(self.self_attn(normed, normed, is_causal=True))  # eq. (4)
+        key, value = self.self_attn.keys_values(normed)
+        if past is not None:
+            key, value = torch.cat([past[0], key], dim=2), torch.cat([past[1], value], dim=2)
+        mask = causal_mask(hidden.shape[1], key.shape[2], hidden.device)
+        hidden = hidden + self.dropout(self.self_attn.attend(normed, key, value, **mask))  # eq. (4)
         hidden = hidden + self.dropout(self.encoder_attn(self.encoder_attn_layer_norm(hidden), memory))  # eq. (5)
-        return hidden + self.dropout(self.ffn(self.final_layer_norm(hidden)))  # eq. (6)
+        return hidden + self.dropout(self.ffn(self.final_layer_norm(hidden))), (key, value)  # eq. (6)
 
 
 class TLaserDecoder(nn.Module):
@@ -264,7 +298,12 @@ class TLaserDecoder(nn.Module):
         decoder_input_ids: torch.LongTensor,
         sentence_embedding: torch.Tensor,
         tgt_lang: torch.LongTensor,
-    ) -> torch.Tensor:
+        past: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
+    ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+        """Final hidden states [B, n, d] of the new tokens ``decoder_input_ids`` [B, n], and every layer's
+        self-attention keys/values so far; ``past``: those of the earlier positions (the memory, one vector, is
+        projected again at every call)."""
+        offset = 0 if past is None else past[0][0].shape[2]
         lang = self.embed_langs(tgt_lang)  # E_l, [B, lang_embed_dim]
         hidden = self.embed_tokens(decoder_input_ids) * self.embed_scale
         if self.lang_mode == "input":  # eq. (3): J0[t] = Concat(Y[t], E_l), projected to hidden_size
@@ -273,10 +312,13 @@ class TLaserDecoder(nn.Module):
             memory = sentence_embedding[:, None]
         else:  # authors' code: the one key/value is Concat(H6[t0], E_l)
             memory = torch.cat([sentence_embedding, lang.to(sentence_embedding.dtype)], dim=-1)[:, None]
-        hidden = self.dropout(hidden + self.embed_positions(hidden.shape[1]).to(hidden.dtype))
-        for layer in self.layers:
-            hidden = layer(hidden, memory)
-        return self.layer_norm(hidden)
+        positions = self.embed_positions(offset + hidden.shape[1])[offset:]
+        hidden = self.dropout(hidden + positions.to(hidden.dtype))
+        keys_values = []
+        for i, layer in enumerate(self.layers):
+            hidden, layer_kv = layer(hidden, memory, None if past is None else past[i])
+            keys_values.append(layer_kv)
+        return self.layer_norm(hidden), keys_values
 
 
 class TLaserForTranslation(TranslationMixin, TLaserPreTrainedModel):
@@ -298,13 +340,20 @@ class TLaserForTranslation(TranslationMixin, TLaserPreTrainedModel):
     def get_output_embeddings(self) -> nn.Linear:
         return self.lm_head
 
-    def decode_logits(
+    def decoder_step(
         self,
         decoder_input_ids: torch.LongTensor,
         sentence_embedding: torch.Tensor,
         tgt_lang: torch.LongTensor,
-    ) -> torch.Tensor:
-        return self.lm_head(self.decoder(decoder_input_ids, sentence_embedding, tgt_lang))
+        cache: dict[str, torch.Tensor] | None = None,
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Scores [B, n, vocab] after each new token of ``decoder_input_ids`` [B, n], and the cache: every decoder
+        layer's self-attention keys and values so far (``key.{i}``, ``value.{i}``: [B, heads, len, head_dim])."""
+        layers = range(len(self.decoder.layers))
+        past = None if cache is None else [(cache[f"key.{i}"], cache[f"value.{i}"]) for i in layers]
+        hidden, keys_values = self.decoder(decoder_input_ids, sentence_embedding, tgt_lang, past)
+        cache = {f"{name}.{i}": t for i, kv in enumerate(keys_values) for name, t in zip(("key", "value"), kv)}
+        return self.lm_head(hidden), cache
 
 
 TLaserModel.register_for_auto_class("AutoModel")

@@ -1,6 +1,7 @@
 """Pieces shared by the T-LASER and LASER model files: the cT-LASER distance-constraint loss (Li & Mak 2020,
-eq. 7-10), the optional in-batch alignment loss, token-budget ``encode``, and the sentence-transformers layout
-written by every ``save_pretrained``.
+eq. 7-10), the optional in-batch alignment loss, token-budget ``encode``, the sentence-transformers layout
+written by every ``save_pretrained``, and decoding from sentence vectors through transformers' ``GenerationMixin``
+with a decoder cache.
 
 This file travels with the model code when a model is saved with ``trust_remote_code`` support, so it imports
 only torch, transformers and the standard library.
@@ -17,6 +18,8 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from transformers import GenerationMixin
+from transformers.cache_utils import Cache
 from transformers.utils import ModelOutput, logging
 
 logger = logging.get_logger(__name__)
@@ -212,11 +215,14 @@ def embedding_dim(config: dict) -> int:
     return 2 * int(config["lstm_hidden_size"])
 
 
-def pooling_mode(config: dict) -> str:
-    """sentence-transformers pooling mode that reproduces the model's ``pooler_output``."""
+def pooling_mode(config: dict) -> str | None:
+    """sentence-transformers pooling mode that reproduces the model's ``pooler_output``; None where it has none (a
+    Yu 2018 model with ``pooling="self_attention"``)."""
     model_type = config.get("model_type")
     if model_type not in POOLING:
         raise ValueError(f"model_type={model_type!r} is not an hf_tlaser model; expected one of {sorted(POOLING)}")
+    if model_type == "yu2018":  # pools as its config says
+        return {"mean": "mean", "max": "max"}.get(config.get("pooling", "mean"))
     return POOLING[model_type]
 
 
@@ -267,6 +273,8 @@ def add_sentence_transformers_files(
     folder = Path(model_dir)
     config = read_model_config(folder)
     mode = pooling_mode(config)
+    if mode is None:  # sentence-transformers cannot pool like this model: no layout
+        return []
     if normalize is None:
         modules_path = folder / "modules.json"
         old = json.loads(modules_path.read_text(encoding="utf-8")) if modules_path.is_file() else []
@@ -471,6 +479,7 @@ class TranslationOutput(ModelOutput):
         skipped_pair_losses: 1 when the distance and alignment terms were skipped because the batch has no
             negative (one pair, or one multi-way group), else 0; None when no pair loss applies.
         num_tokens: number of target tokens in this batch.
+        past_key_values: the decoder cache after this step (``generate``); None without one.
     """
 
     loss: torch.Tensor | None = None
@@ -487,18 +496,59 @@ class TranslationOutput(ModelOutput):
     centered_cosine: torch.Tensor | None = None
     skipped_pair_losses: torch.Tensor | None = None
     num_tokens: torch.Tensor | None = None
+    past_key_values: TranslationCache | None = None
 
 
-class TranslationMixin:
-    """Loss, language handling and decoding shared by the T-LASER and LASER translation models.
+class TranslationCache(Cache):
+    """The decoder cache of a translation model during ``generate``: the ``state`` dict that ``decoder_step``
+    returns (every tensor batch first), and how many decoder tokens it has seen.
 
-    Subclasses provide ``self.encoder`` (returning ``pooler_output``), ``decode_logits(decoder_input_ids,
-    sentence_embedding, tgt_lang) -> logits`` and a config with the distance-loss fields.
+    Each family keeps what its decoder needs (T-LASER: self-attention keys/values per layer; LASER: the LSTM
+    (h, c)), so the cache holds a dict instead of transformers' per-layer key/value lists; it is a ``Cache``
+    because that is what GenerationMixin passes around, asks for ``get_seq_length`` and, in beam search, tells to
+    ``reorder_cache``.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(layers=[])
+        self.state: dict[str, torch.Tensor] | None = None
+        self.seq_length = 0
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.seq_length
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        """Keep the rows of the beams that go on (beam search)."""
+        if self.state is not None:
+            self.state = {name: t.index_select(0, beam_idx.to(t.device)) for name, t in self.state.items()}
+
+
+DEFAULT_MAX_NEW_TOKENS = 64
+"""``generate``'s length limit when neither the call nor the generation config sets one of ``LENGTH_LIMITS``."""
+LENGTH_LIMITS = ("max_new_tokens", "max_length")
+
+
+class TranslationMixin(GenerationMixin):
+    """Loss, language handling and decoding shared by the translation models (T-LASER, LASER, ...).
+
+    Subclasses provide ``self.encoder`` (returning ``pooler_output``), a config with the distance-loss fields and
+    ``decoder_step(decoder_input_ids, sentence_embedding, tgt_lang, cache=None) -> (logits, cache)``: logits
+    [B, n, V] after each of the n NEW tokens ``decoder_input_ids`` [B, n] (the whole prefix, from
+    ``decoder_start_token_id``, when ``cache`` is None), for the vectors [B, d] and language indices [B]; the cache
+    is a dict of tensors with the batch on dim 0. ``decode_logits`` and ``generate`` (through transformers'
+    ``GenerationMixin``: greedy, beam search, sampling) are built on it.
     """
 
     # forward takes ``num_items_in_batch``: the Trainer then passes the token count of the whole update and leaves
     # the gradient-accumulation scaling to the loss normalisation
     accepts_loss_kwargs = True
+    # the cache cannot be cropped, so GenerationMixin refuses assisted decoding (which would roll it back)
+    _is_stateful = True
+
+    @classmethod
+    def can_generate(cls) -> bool:
+        """True: transformers only looks for ``GenerationMixin`` among a class's direct bases."""
+        return True
 
     def lang_ids(self, tgt_lang, batch_size: int, device: torch.device) -> torch.LongTensor:
         """Target languages as indices into ``config.languages``; accepts codes, lists of codes or index tensors."""
@@ -545,9 +595,18 @@ class TranslationMixin:
     def encode_sentences(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
         return self.encoder(input_ids=input_ids, attention_mask=attention_mask, pooled_only=True).pooler_output
 
+    def decode_logits(
+        self,
+        decoder_input_ids: torch.LongTensor,
+        sentence_embedding: torch.Tensor,
+        tgt_lang: torch.LongTensor,
+    ) -> torch.Tensor:
+        """Scores [T, L, vocab] of the next token after every prefix of ``decoder_input_ids`` [T, L] (training)."""
+        return self.decoder_step(decoder_input_ids, sentence_embedding, tgt_lang)[0]
+
     def forward(
         self,
-        input_ids: torch.LongTensor,
+        input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
         tgt_lang=None,
@@ -558,8 +617,11 @@ class TranslationMixin:
         pair_index: torch.LongTensor | None = None,
         group_index: torch.LongTensor | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
-    ) -> TranslationOutput:
-        """Translation loss (+ cT-LASER distance loss) for a batch.
+        sentence_embeddings: torch.Tensor | None = None,
+        past_key_values: TranslationCache | None = None,
+        return_dict: bool | None = None,
+    ) -> TranslationOutput | tuple:
+        """Translation loss (+ cT-LASER distance loss) for a batch; decoder scores for ``generate``.
 
         Args:
             input_ids, attention_mask: sentences to encode [N, S] (encoder format ``STR_TAG ... </s>``).
@@ -574,45 +636,62 @@ class TranslationMixin:
             group_index: LongTensor[P], the group (multi-way: source group) of each pair; pairs of one group are
                 never negatives of each other (default: every pair its own group).
             num_items_in_batch: normaliser of the loss (target tokens of the whole update); default: this batch's.
+            sentence_embeddings: precomputed source vectors [T, d] instead of ``input_ids`` (no encoder call; the
+                other encoder-side arguments are then unused).
+            past_key_values: a ``TranslationCache`` (``generate``): ``decoder_input_ids`` are then only the tokens
+                it has not seen, and it is updated in place with ``decoder_step``.
+            return_dict: False returns a tuple (default: ``config.return_dict``).
         """
-        device = input_ids.device
-        num_src = input_ids.shape[0]
-        if tgt_input_ids is not None:
-            if pair_index is not None:
-                raise ValueError("pass either tgt_input_ids (pair batches) or pair_index (multi-way), not both")
-            input_ids, attention_mask = _stack_padded(
-                (input_ids, attention_mask),
-                (tgt_input_ids, tgt_attention_mask),
-                pad_id=self.config.pad_token_id,
-            )
-            rows = torch.arange(num_src, device=device)
-            pair_index = torch.stack([rows, rows + num_src], dim=1)
-        vectors = self.encode_sentences(input_ids, attention_mask)
-        src_vectors = vectors[:num_src] if src_index is None else vectors[src_index]
+        if (input_ids is None) == (sentence_embeddings is None):
+            raise ValueError("forward needs either input_ids to encode or precomputed sentence_embeddings")
+        return_dict = self.config.return_dict if return_dict is None else return_dict
+        if sentence_embeddings is None:
+            num_src = input_ids.shape[0]
+            if tgt_input_ids is not None:
+                if pair_index is not None:
+                    raise ValueError("pass either tgt_input_ids (pair batches) or pair_index (multi-way), not both")
+                input_ids, attention_mask = _stack_padded(
+                    (input_ids, attention_mask),
+                    (tgt_input_ids, tgt_attention_mask),
+                    pad_id=self.config.pad_token_id,
+                )
+                rows = torch.arange(num_src, device=input_ids.device)
+                pair_index = torch.stack([rows, rows + num_src], dim=1)
+            vectors = self.encode_sentences(input_ids, attention_mask)
+            src_vectors = vectors[:num_src] if src_index is None else vectors[src_index]
+        else:
+            vectors = src_vectors = sentence_embeddings
         out = TranslationOutput(sentence_embedding=src_vectors)
-        if labels is None:
-            return out
-        tgt_lang = self.lang_ids(tgt_lang, labels.shape[0], device)
-        if decoder_input_ids is None:
-            decoder_input_ids = self.shift_right(labels)
-        logits = self.decode_logits(decoder_input_ids, src_vectors, tgt_lang)
-        loss_mt = F.cross_entropy(
-            logits.flatten(0, 1).float(),
-            labels.flatten(),
-            ignore_index=-100,
-            label_smoothing=self.config.label_smoothing,
-            reduction="sum",
-        )
-        out.logits, out.loss_mt, out.num_tokens = logits, loss_mt, labels.ne(-100).sum()
-        total = loss_mt
-        if pair_index is not None and (self.config.distance_beta > 0 or self.config.align_loss_weight > 0):
-            total = self._pair_losses(vectors, pair_index, group_index, out)
-        out.mean_cosine = mean_pairwise_cosine(vectors.detach())
-        if pair_index is not None:
-            out.centered_cosine = centered_pair_cosine(vectors.detach(), pair_index)
-        normaliser = num_items_in_batch if num_items_in_batch is not None else out.num_tokens.clamp(min=1)
-        out.loss = total / normaliser
-        return out
+        if labels is not None or decoder_input_ids is not None:
+            tgt_lang = self.lang_ids(tgt_lang, src_vectors.shape[0], src_vectors.device)
+            if decoder_input_ids is None:
+                decoder_input_ids = self.shift_right(labels)
+            if past_key_values is None:
+                out.logits = self.decode_logits(decoder_input_ids, src_vectors, tgt_lang)
+            else:
+                out.logits, past_key_values.state = self.decoder_step(
+                    decoder_input_ids, src_vectors, tgt_lang, past_key_values.state
+                )
+                past_key_values.seq_length += decoder_input_ids.shape[1]
+                out.past_key_values = past_key_values
+        if labels is not None:
+            out.loss_mt = F.cross_entropy(
+                out.logits.flatten(0, 1).float(),
+                labels.flatten(),
+                ignore_index=-100,
+                label_smoothing=self.config.label_smoothing,
+                reduction="sum",
+            )
+            out.num_tokens = labels.ne(-100).sum()
+            total = out.loss_mt
+            if pair_index is not None and (self.config.distance_beta > 0 or self.config.align_loss_weight > 0):
+                total = self._pair_losses(vectors, pair_index, group_index, out)
+            out.mean_cosine = mean_pairwise_cosine(vectors.detach())
+            if pair_index is not None:
+                out.centered_cosine = centered_pair_cosine(vectors.detach(), pair_index)
+            normaliser = num_items_in_batch if num_items_in_batch is not None else out.num_tokens.clamp(min=1)
+            out.loss = total / normaliser
+        return out if return_dict else out.to_tuple()
 
     def _pair_losses(
         self,
@@ -663,35 +742,77 @@ class TranslationMixin:
             total = total + cfg.align_loss_weight * out.loss_align * out.num_tokens
         return total
 
+    def prepare_inputs_for_generation(
+        self,
+        input_ids: torch.LongTensor,
+        past_key_values: TranslationCache | None = None,
+        sentence_embeddings: torch.Tensor | None = None,
+        tgt_lang: torch.LongTensor | None = None,
+        use_cache: bool | None = True,
+        **kwargs,
+    ) -> dict:
+        """GenerationMixin hook: ``forward`` inputs for the next step, i.e. the decoder tokens the cache has not
+        seen (the whole prefix without a cache), the sentence vectors and the target languages. GenerationMixin's
+        other bookkeeping (``next_sequence_length``, masks, ...) is not needed: the cache counts its tokens."""
+        cache = past_key_values if use_cache is not False else None
+        seen = cache.get_seq_length() if cache is not None else 0
+        return {
+            "decoder_input_ids": input_ids[:, seen:],
+            "sentence_embeddings": sentence_embeddings,
+            "tgt_lang": tgt_lang,
+            "past_key_values": cache,
+        }
+
     @torch.no_grad()
     def generate(
         self,
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         *,
+        vectors: torch.Tensor | None = None,
         sentence_embeddings: torch.Tensor | None = None,
         tgt_lang,
-        num_beams: int = 1,
-        max_new_tokens: int = 64,
-        length_penalty: float = 1.0,
-    ) -> torch.LongTensor:
-        """Decode from sentence vectors (given directly, or encoded from ``input_ids``) into ``tgt_lang``.
+        **generation_kwargs,
+    ) -> torch.LongTensor | ModelOutput:
+        """Decode sentence vectors (``vectors``, alias ``sentence_embeddings``; or encoded from ``input_ids``,
+        ``attention_mask``) into ``tgt_lang`` (a code, codes or indices per row) with ``GenerationMixin.generate``.
 
-        Greedy for ``num_beams=1``, beam search otherwise. Returns token ids [B, L] without the start token,
-        ending with ``</s>`` and right-padded with pad.
+        ``generation_kwargs`` go to ``GenerationMixin.generate``: greedy by default, ``num_beams``,
+        ``length_penalty``, ``early_stopping``, ``do_sample``, ``top_k``, ``top_p``, ``temperature``,
+        ``num_return_sequences``, ``max_new_tokens`` (default 64 unless the generation config sets a length),
+        ``min_new_tokens``, ``use_cache`` (default True: the decoder state is cached, each step decodes one token),
+        ``return_dict_in_generate`` ... The model runs in eval mode (its mode is restored) without gradients.
+
+        Returns token ids [B * num_return_sequences, L] WITHOUT the start token, each row ending with ``</s>``
+        (unless cut by the length limit) and right-padded with pad; with ``return_dict_in_generate=True``,
+        GenerationMixin's output whose ``sequences`` are in that format.
         """
-        if sentence_embeddings is None:
-            if input_ids is None:
-                raise ValueError("generate needs sentence_embeddings or input_ids")
-            sentence_embeddings = self.encode_sentences(input_ids, attention_mask)
+        if sentence_embeddings is not None:
+            if vectors is not None:
+                raise ValueError("pass vectors or its alias sentence_embeddings, not both")
+            vectors = sentence_embeddings
+        if (vectors is None) == (input_ids is None):
+            raise ValueError("generate needs either vectors (sentence embeddings) or input_ids to encode")
+        config = generation_kwargs.get("generation_config") or self.generation_config
+        if all(generation_kwargs.get(key) is None and getattr(config, key) is None for key in LENGTH_LIMITS):
+            generation_kwargs["max_new_tokens"] = DEFAULT_MAX_NEW_TOKENS
+        if generation_kwargs.get("use_cache", config.use_cache) is not False:
+            generation_kwargs.setdefault("past_key_values", TranslationCache())
         was_training = self.training
         self.eval()
-        batch = sentence_embeddings.shape[0]
-        langs = self.lang_ids(tgt_lang, batch, sentence_embeddings.device)
-        decode = _greedy if num_beams == 1 else _beam_search
-        result = decode(self, sentence_embeddings, langs, num_beams, max_new_tokens, length_penalty)
-        self.train(was_training)
-        return result
+        try:
+            if vectors is None:
+                vectors = self.encode_sentences(input_ids, attention_mask)
+            batch = vectors.shape[0]
+            langs = self.lang_ids(tgt_lang, batch, vectors.device)
+            start = torch.full((batch, 1), self.config.decoder_start_token_id, dtype=torch.long, device=vectors.device)
+            out = super().generate(start, sentence_embeddings=vectors, tgt_lang=langs, **generation_kwargs)
+        finally:
+            self.train(was_training)
+        if isinstance(out, ModelOutput):
+            out.sequences = _generated_tokens(out.sequences, self.config.eos_token_id, self.config.pad_token_id)
+            return out
+        return _generated_tokens(out, self.config.eos_token_id, self.config.pad_token_id)
 
 
 def _stack_padded(*parts: tuple[torch.Tensor, torch.Tensor | None], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -703,69 +824,9 @@ def _stack_padded(*parts: tuple[torch.Tensor, torch.Tensor | None], pad_id: int)
     return ids, mask
 
 
-def _greedy(model, vectors, langs, num_beams, max_new_tokens, length_penalty) -> torch.LongTensor:
-    cfg = model.config
-    seqs = torch.full((vectors.shape[0], 1), cfg.decoder_start_token_id, dtype=torch.long, device=vectors.device)
-    done = torch.zeros(vectors.shape[0], dtype=torch.bool, device=vectors.device)
-    for _ in range(max_new_tokens):
-        next_tok = model.decode_logits(seqs, vectors, langs)[:, -1].argmax(-1)
-        next_tok = next_tok.masked_fill(done, cfg.pad_token_id)
-        seqs = torch.cat([seqs, next_tok[:, None]], dim=1)
-        done |= next_tok.eq(cfg.eos_token_id)
-        if bool(done.all()):
-            break
-    return seqs[:, 1:]
-
-
-def _beam_search(model, vectors, langs, num_beams, max_new_tokens, length_penalty) -> torch.LongTensor:
-    cfg = model.config
-    batch, device = vectors.shape[0], vectors.device
-    vectors = vectors.repeat_interleave(num_beams, 0)
-    langs = langs.repeat_interleave(num_beams, 0)
-    seqs = torch.full((batch * num_beams, 1), cfg.decoder_start_token_id, dtype=torch.long, device=device)
-    scores = torch.full((batch, num_beams), float("-inf"), device=device)
-    scores[:, 0] = 0.0
-    finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(batch)]
-    done = [False] * batch
-    for step in range(1, max_new_tokens + 1):
-        logp = model.decode_logits(seqs, vectors, langs)[:, -1].float().log_softmax(-1)
-        vocab = logp.shape[-1]
-        top_scores, top_idx = (scores.view(-1, 1) + logp).view(batch, -1).topk(2 * num_beams, dim=1)
-        next_rows, next_tokens, next_scores = [], [], []
-        for b in range(batch):
-            alive = []
-            for rank, (score, idx) in enumerate(zip(top_scores[b].tolist(), top_idx[b].tolist())):
-                row, token = b * num_beams + idx // vocab, idx % vocab
-                if token == cfg.eos_token_id:
-                    if rank < num_beams and not done[b]:  # an ending counts only if it ranks among the live beams
-                        _keep_best(
-                            finished[b], (score / step**length_penalty, seqs[row, 1:].tolist() + [token]), num_beams
-                        )
-                elif len(alive) < num_beams:
-                    alive.append((row, token, score if not done[b] else float("-inf")))
-            best_alive = max(score for _, _, score in alive)
-            if len(finished[b]) >= num_beams and best_alive / step**length_penalty <= min(f[0] for f in finished[b]):
-                done[b] = True
-            for row, token, score in alive:
-                next_rows.append(row)
-                next_tokens.append(token)
-                next_scores.append(score)
-        if all(done):
-            break
-        seqs = torch.cat([seqs[next_rows], torch.tensor(next_tokens, device=device)[:, None]], dim=1)
-        scores = torch.tensor(next_scores, device=device).view(batch, num_beams)
-    for b in range(batch):
-        if not finished[b]:
-            for k in range(num_beams):
-                hyp = seqs[b * num_beams + k, 1:].tolist()
-                finished[b].append((scores[b, k].item() / max(len(hyp), 1) ** length_penalty, hyp))
-    best = [max(f, key=lambda item: item[0])[1] for f in finished]
-    width = max(len(h) for h in best)
-    return torch.tensor([h + [cfg.pad_token_id] * (width - len(h)) for h in best], device=device)
-
-
-def _keep_best(hyps: list[tuple[float, list[int]]], hyp: tuple[float, list[int]], size: int) -> None:
-    """Add ``hyp`` to the ``size`` best finished hypotheses."""
-    hyps.append(hyp)
-    if len(hyps) > size:
-        hyps.remove(min(hyps, key=lambda item: item[0]))
+def _generated_tokens(sequences: torch.LongTensor, eos_token_id: int, pad_token_id: int) -> torch.LongTensor:
+    """GenerationMixin's sequences without the start token, with pad after each row's first eos (beam search fills
+    finished rows with eos when ``pad_token_id`` is 0)."""
+    tokens = sequences[:, 1:]
+    is_eos = tokens.eq(eos_token_id).long()
+    return tokens.masked_fill(is_eos.cumsum(1) - is_eos > 0, pad_token_id)

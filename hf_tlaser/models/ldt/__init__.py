@@ -1,0 +1,36 @@
+from .configuration_ldt import GENERATIVE_TASKS, LDTConfig
+from .modeling_ldt import (
+    LDTForAlignment,
+    LDTModel,
+    LDTOutput,
+    LDTPreTrainedModel,
+    alignment_loss,
+    kl_to_labels,
+    ldt_loss,
+    mlm_loss,
+    similarity_loss,
+    single_word_mask,
+    smlm_loss,
+    ugt_labels,
+    xmlm_loss,
+    xtr_labels,
+)
+
+__all__ = [
+    "GENERATIVE_TASKS",
+    "LDTConfig",
+    "LDTModel",
+    "LDTForAlignment",
+    "LDTOutput",
+    "LDTPreTrainedModel",
+    "alignment_loss",
+    "kl_to_labels",
+    "ldt_loss",
+    "mlm_loss",
+    "similarity_loss",
+    "single_word_mask",
+    "smlm_loss",
+    "ugt_labels",
+    "xmlm_loss",
+    "xtr_labels",
+]

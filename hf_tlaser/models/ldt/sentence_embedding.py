@@ -1,0 +1,1 @@
+../tlaser/sentence_embedding.py

@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
+from ddp_launch import launch_ddp
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, BertConfig, MarianMTModel, set_seed
 
 from hf_tlaser.data.collator import CNVCollator, Seq2SeqCollator
@@ -242,16 +240,8 @@ def test_cnv_trains_under_two_process_ddp(tmp_path, nmt_pair):
     """``accelerate launch`` with 2 CPU processes: each rank trains on its own micro-batches, the shared layers stay
     identical across ranks and the frozen NMT pair is unchanged."""
     out = tmp_path / "ddp"
-    worker = Path(__file__).with_name("ddp_worker.py")
     pair = ",".join(str(folder) for folder in nmt_pair)
-    cmd = [
-        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", str(worker),
-        *cnv_args(out, "--use-cpu", "--nmt-pair", pair, "--max-steps", "3"),
-    ]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
+    ranks = launch_ddp(out, cnv_args(out, "--nmt-pair", pair, "--max-steps", "3"))
     assert ranks[0]["world_size"] == 2 and ranks[0]["checksum"] == ranks[1]["checksum"]
     assert ranks[0]["seen"] != ranks[1]["seen"]  # each rank its own micro-batches
     trained = CNVModel.from_pretrained(out)

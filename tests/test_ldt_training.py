@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from ddp_launch import launch_ddp
 
 from hf_tlaser.evaluation import cli as eval_cli
 from hf_tlaser.evaluation import suite
@@ -98,3 +99,12 @@ def test_usage_errors_end_in_one_line(extra, expected, tmp_path, tokenizer_dir, 
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert err[-1].startswith("hf-tlaser train: error: ") and expected in err[-1], err[-1]
     assert not any("Traceback" in line for line in err)
+
+
+def test_trains_under_two_process_ddp(tmp_path, tokenizer_dir):
+    """``accelerate launch`` with 2 CPU processes: each rank trains LDT on its own micro-batches and the weights
+    stay identical across ranks."""
+    out = tmp_path / "ddp"
+    ranks = launch_ddp(out, ldt_args(out, tokenizer_dir, "--max-steps", "2", "--update-tokens", "2000"))
+    assert ranks[0]["world_size"] == 2 and ranks[0]["checksum"] == ranks[1]["checksum"]
+    assert ranks[0]["seen"] != ranks[1]["seen"]  # each rank its own micro-batches

@@ -4,13 +4,13 @@ DDP keeps ranks identical, the inverse-sqrt schedule."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import ddp_launch
 import pytest
 import torch
 
@@ -175,17 +175,8 @@ def test_two_process_ddp_keeps_ranks_identical(tmp_path, tokenizer_dir):
 
 
 def launch_ddp(out: Path, tokenizer_dir: Path, *extra: str) -> list[dict]:
-    """Train under 2-process gloo DDP with ddp_worker.py; returns each rank's record."""
-    worker = Path(__file__).with_name("ddp_worker.py")
-    cmd = [
-        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", str(worker),
-        *tiny_args(out, tokenizer_dir, "--use-cpu", *extra),
-    ]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
+    """Train the tiny cT-LASER under 2-process gloo DDP with ddp_worker.py; returns each rank's record."""
+    return ddp_launch.launch_ddp(out, tiny_args(out, tokenizer_dir, *extra))
 
 
 def test_ddp_resume_past_an_epoch_boundary_continues_the_data_order(tmp_path, tokenizer_dir):

@@ -19,7 +19,7 @@ from transformers import PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 
 from .configuration_laser import LaserConfig
-from .sentence_embedding import SentenceEncoderMixin, TranslationMixin, run_rnn
+from .sentence_embedding import SentenceEncoderMixin, TranslationMixin, right_padded_lengths, run_rnn
 
 try:  # transformers >= 5 tracks which weights were loaded; older versions use torch.nn.init directly
     from transformers import initialization as init
@@ -111,21 +111,8 @@ class LaserModel(SentenceEncoderMixin, LaserPreTrainedModel):
             [B, 2 * lstm_hidden_size].
         """
         return_dict = self.config.return_dict if return_dict is None else return_dict
-        batch, seq_len = input_ids.shape
-        limit = self.config.max_position_embeddings
-        if seq_len > limit:
-            raise ValueError(
-                f"input of {seq_len} tokens exceeds max_position_embeddings={limit}; truncate it "
-                "(tokenizer(..., truncation=True, max_length=...)) or raise max_position_embeddings"
-            )
-        if attention_mask is None:
-            attention_mask = input_ids.ne(self.config.pad_token_id)
-        mask = attention_mask.bool()
-        lengths = mask.sum(1)
-        if bool((lengths == 0).any()):
-            raise ValueError("every row needs at least one non-pad token (STR_TAG ... </s>)")
-        if not torch.equal(mask, torch.arange(seq_len, device=mask.device)[None] < lengths[:, None]):
-            raise ValueError("LaserModel expects right-padded inputs: attention_mask must be 1...1 0...0 per row")
+        seq_len = input_ids.shape[1]
+        mask, lengths = right_padded_lengths(input_ids, attention_mask, self.config, "LaserModel")
 
         embedded = self.dropout(self.embed_tokens(input_ids))
         packed = pack_padded_sequence(embedded, lengths.cpu(), batch_first=True, enforce_sorted=False)

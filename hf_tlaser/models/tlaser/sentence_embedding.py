@@ -336,6 +336,27 @@ def run_rnn(rnn: torch.nn.RNNBase, inputs, state=None):
         return rnn(inputs.float(), state)
 
 
+def right_padded_lengths(
+    input_ids: torch.LongTensor, attention_mask: torch.Tensor | None, config, name: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The mask (default: ids != pad) and lengths of right-padded inputs for a packed RNN encoder; ValueError for an
+    input longer than ``config.max_position_embeddings``, an empty row or padding that is not on the right."""
+    seq_len = input_ids.shape[1]
+    limit = config.max_position_embeddings
+    if seq_len > limit:
+        raise ValueError(
+            f"input of {seq_len} tokens exceeds max_position_embeddings={limit}; truncate it "
+            "(tokenizer(..., truncation=True, max_length=...)) or raise max_position_embeddings"
+        )
+    mask = (input_ids.ne(config.pad_token_id) if attention_mask is None else attention_mask).bool()
+    lengths = mask.sum(1)
+    if bool((lengths == 0).any()):
+        raise ValueError("every row needs at least one non-pad token (STR_TAG ... </s>)")
+    if not torch.equal(mask, torch.arange(seq_len, device=mask.device)[None] < lengths[:, None]):
+        raise ValueError(f"{name} expects right-padded inputs: attention_mask must be 1...1 0...0 per row")
+    return mask, lengths
+
+
 def encode_texts(
     model: torch.nn.Module,
     pooled: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],

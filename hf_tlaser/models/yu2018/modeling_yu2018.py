@@ -26,6 +26,7 @@ from .sentence_embedding import (
     _stack_padded,
     centered_pair_cosine,
     mean_pairwise_cosine,
+    right_padded_lengths,
     run_rnn,
 )
 
@@ -121,21 +122,8 @@ class Yu2018Model(SentenceEncoderMixin, Yu2018PreTrainedModel):
             [B, hidden_size] = h(s).
         """
         return_dict = self.config.return_dict if return_dict is None else return_dict
-        batch, seq_len = input_ids.shape
-        limit = self.config.max_position_embeddings
-        if seq_len > limit:
-            raise ValueError(
-                f"input of {seq_len} tokens exceeds max_position_embeddings={limit}; truncate it "
-                "(tokenizer(..., truncation=True, max_length=...)) or raise max_position_embeddings"
-            )
-        if attention_mask is None:
-            attention_mask = input_ids.ne(self.config.pad_token_id)
-        mask = attention_mask.bool()
-        lengths = mask.sum(1)
-        if bool((lengths == 0).any()):
-            raise ValueError("every row needs at least one non-pad token (STR_TAG ... </s>)")
-        if not torch.equal(mask, torch.arange(seq_len, device=mask.device)[None] < lengths[:, None]):
-            raise ValueError("Yu2018Model expects right-padded inputs: attention_mask must be 1...1 0...0 per row")
+        seq_len = input_ids.shape[1]
+        mask, lengths = right_padded_lengths(input_ids, attention_mask, self.config, "Yu2018Model")
 
         embedded = self.dropout(self.embed_tokens(input_ids))
         packed = pack_padded_sequence(embedded, lengths.cpu(), batch_first=True, enforce_sorted=False)
@@ -256,17 +244,6 @@ class Yu2018ForTranslation(TranslationMixin, Yu2018PreTrainedModel):
     def needs_source_language(self) -> bool:
         """Training batches carry ``src_lang``: the target language of the reverse direction."""
         return True
-
-    def decode_logits(
-        self,
-        decoder_input_ids: torch.LongTensor,
-        sentence_embedding: torch.Tensor,
-        tgt_lang: torch.LongTensor,
-    ) -> torch.Tensor:
-        """Scores [T, L, vocab] of the next token after every prefix of ``decoder_input_ids`` [T, L] (which starts
-        with ``decoder_start_token_id``, replaced by the target-language embedding)."""
-        output, _ = self.decoder(decoder_input_ids, sentence_embedding, tgt_lang)
-        return self.lm_head(output)
 
     def decoder_step(
         self,

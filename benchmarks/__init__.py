@@ -8,6 +8,7 @@ One module per benchmark, each with ``run(size) -> BenchResult`` (``size``: ``sm
 4. ``flops``: encoder forward FLOP/s vs the measured matmul peak.
 5. ``document_length``: time and peak memory of one document of 128 ... 2048 tokens.
 6. ``generation_speed``: ``generate`` (GenerationMixin + decoder cache) vs re-decoding the prefix every step.
+7. ``data_loading``: tokenization + batching throughput vs a training step, and peak RSS while streaming.
 """
 
 BENCHMARKS: dict[int, str] = {
@@ -17,5 +18,6 @@ BENCHMARKS: dict[int, str] = {
     4: "benchmarks.flops",
     5: "benchmarks.document_length",
     6: "benchmarks.generation_speed",
+    7: "benchmarks.data_loading",
 }
 """Benchmark number -> module (imported lazily: the memory worker subprocess must start fast)."""

@@ -46,6 +46,13 @@ def model_languages(model_or_config) -> list[str] | None:
     return list(get("languages") or []) if get("model_type") in PER_LANGUAGE_MODELS else None
 
 
+def trained_languages(config) -> list[str]:
+    """The languages a model was trained on (a config dict or ``PretrainedConfig``): its ``training_languages``
+    (recorded by ``hf-tlaser train``), else its ``languages`` (older models, cNV)."""
+    get = config.get if isinstance(config, dict) else lambda key: getattr(config, key, None)
+    return list(get("training_languages") or get("languages") or [])
+
+
 def check_language(model: torch.nn.Module, lang: str | None) -> None:
     """``ValueError`` unless ``lang`` suits ``model``: one of its languages for a per-language model (cNV), None
     for any other."""

@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import sys
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -150,6 +151,81 @@ def train_tokenizer(
     return wrapped
 
 
+TOKEN_REPORT = "tokenizer_languages.json"
+"""Per-language report of a trained joint BPE, next to the tokenizer (``language_token_report``)."""
+BYTE_FALLBACK_WARNING = 0.05
+"""A language whose sampled tokens are byte fallbacks more often than this is reported as poorly covered."""
+
+
+class LanguageSample:
+    """Watches the ``(language, sentence)`` items a joint BPE is trained on: counts sentences and characters per
+    language and keeps the first ``size`` sentences of each (to measure the trained BPE on)."""
+
+    def __init__(self, size: int = 2000) -> None:
+        self.size = size
+        self.sentences: Counter = Counter()
+        self.characters: Counter = Counter()
+        self.sample: dict[str, list[str]] = {}
+
+    def watch(self, items: Iterable[tuple[str, str]]) -> Iterator[str]:
+        """The sentences of ``items``, counted on the way."""
+        for lang, text in items:
+            self.sentences[lang] += 1
+            self.characters[lang] += len(text)
+            kept = self.sample.setdefault(lang, [])
+            if len(kept) < self.size:
+                kept.append(text)
+            yield text
+
+
+def language_token_report(tokenizer: PreTrainedTokenizerFast, sample: LanguageSample) -> dict:
+    """How the trained BPE serves each language: sentences it was trained on, tokens per sentence and characters per
+    token (on the sample), byte-fallback and ``<unk>`` shares of the tokens, and each language's share of the
+    training text's tokens (sentences x tokens per sentence: exact when every sentence was sampled, else an
+    estimate). Logged as a table; languages whose tokens are mostly bytes are warned about."""
+    vocab = tokenizer.get_vocab()
+    byte_ids = {vocab[token] for token in BYTE_TOKENS if token in vocab}
+    languages: dict[str, dict] = {}
+    for lang in sorted(sample.sample):
+        texts = sample.sample[lang]
+        ids = [i for seq in tokenizer(texts, add_special_tokens=False)["input_ids"] for i in seq]
+        tokens = max(len(ids), 1)
+        languages[lang] = {
+            "sentences": sample.sentences[lang],
+            "sampled_sentences": len(texts),
+            "tokens_per_sentence": round(len(ids) / max(len(texts), 1), 2),
+            "characters_per_token": round(sum(map(len, texts)) / tokens, 2),
+            "byte_fallback_share": round(sum(i in byte_ids for i in ids) / tokens, 4),
+            "unk_share": round(sum(i == tokenizer.unk_token_id for i in ids) / tokens, 4),
+        }
+    total = sum(row["sentences"] * row["tokens_per_sentence"] for row in languages.values()) or 1.0
+    for row in languages.values():
+        row["token_share"] = round(row["sentences"] * row["tokens_per_sentence"] / total, 4)
+    lines = [f"{'lang':<8} {'sentences':>10} {'tok share':>9} {'tok/sent':>8} {'chars/tok':>9} {'bytes':>6}"]
+    for lang, row in languages.items():
+        lines.append(
+            f"{lang:<8} {row['sentences']:>10,} {row['token_share']:>9.1%} {row['tokens_per_sentence']:>8.1f} "
+            f"{row['characters_per_token']:>9.2f} {row['byte_fallback_share']:>6.1%}"
+        )
+    logger.info("joint BPE per language (%d tokens):\n%s", len(tokenizer), "\n".join(lines))
+    for lang, row in languages.items():
+        if row["byte_fallback_share"] > BYTE_FALLBACK_WARNING:
+            logger.warning(
+                "%s: %.0f%% of its tokens are byte fallbacks: the BPE hardly covers its script (raise --vocab-size, or "
+                "give it more of the tokenizer's text)",
+                lang,
+                100 * row["byte_fallback_share"],
+            )
+    return {"vocab_size": len(tokenizer), "languages": languages}
+
+
+def write_token_report(report: dict, folder: str | os.PathLike) -> Path:
+    """Write ``report`` (``language_token_report``) as TOKEN_REPORT into ``folder``."""
+    path = Path(folder) / TOKEN_REPORT
+    path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    return path
+
+
 def save_tokenizer(tokenizer: PreTrainedTokenizerFast, save_directory: str | os.PathLike) -> None:
     """``save_pretrained`` plus a ``tokenizer_config.json`` that transformers 4.x loads too.
 
@@ -167,10 +243,11 @@ def save_tokenizer(tokenizer: PreTrainedTokenizerFast, save_directory: str | os.
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``hf-tlaser train-tokenizer``: train the joint BPE on files or registered corpora and save it."""
+    """``hf-tlaser train-tokenizer``: train the joint BPE on files or corpora (specs) and save it with its
+    per-language report."""
     parser = argparse.ArgumentParser(prog="hf-tlaser train-tokenizer", description=main.__doc__)
     parser.add_argument("--files", nargs="*", default=[], help="text files (plain or .gz), one sentence per line")
-    parser.add_argument("--corpora", default=None, help="comma-separated corpus names from the data registry")
+    parser.add_argument("--corpora", default=None, help="comma-separated corpus specs, as hf-tlaser train --corpora")
     parser.add_argument("--data-dir", default=None, help="corpora folder (default: $HF_TLASER_DATA or ../shared/data)")
     parser.add_argument("--vocab-size", type=int, default=50000)
     parser.add_argument("--no-lowercase", action="store_true")
@@ -179,20 +256,23 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.files and not args.corpora:
         parser.error("give --files and/or --corpora")
+    sample = LanguageSample()
     try:
         missing = [path for path in args.files if not Path(path).is_file()]
         if missing:
             raise UsageError(f"--files: {', '.join(missing)} not found")
         texts: Iterable[str] = ()
         if args.corpora:
-            from hf_tlaser.data import check_corpora, corpus_texts
+            from hf_tlaser.data import corpus_sentences, resolve_corpora
 
-            names = check_corpora([name for name in args.corpora.split(",") if name])
-            texts = corpus_texts(names, data_dir=args.data_dir, max_sentences=args.max_sentences)
+            sources = resolve_corpora(args.corpora, args.data_dir)
+            texts = sample.watch(corpus_sentences(sources, args.data_dir, max_sentences=args.max_sentences))
         tokenizer = train_tokenizer(args.files, args.vocab_size, not args.no_lowercase, texts=texts)
     except UsageError as err:
         print(f"{parser.prog}: error: {' '.join(str(err).splitlines())}", file=sys.stderr)
         return 2
     save_tokenizer(tokenizer, args.output_dir)
+    if sample.sample:
+        write_token_report(language_token_report(tokenizer, sample), args.output_dir)
     print(f"saved a {len(tokenizer)}-token joint BPE to {args.output_dir}")
     return 0

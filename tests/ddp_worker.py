@@ -1,5 +1,5 @@
 """Run under ``accelerate launch`` by test_training: train, then write this rank's weight checksum, its first planned
-micro-batches and a fingerprint of every micro-batch it trained on, by global step."""
+micro-batches (none with ``--streaming``) and a fingerprint of every micro-batch it trained on, by global step."""
 
 import hashlib
 import json
@@ -29,11 +29,12 @@ for name, tensor in sorted(trainer.model.state_dict().items()):
     digest.update(name.encode())
     digest.update(tensor.detach().cpu().float().numpy().tobytes())
 rank = trainer.args.process_index
+sampler = trainer.batch_sampler  # None with --streaming: the micro-batches come from the stream
 record = {
     "world_size": trainer.args.world_size,
     "checksum": digest.hexdigest(),
-    "batches": [rows for _, rows in trainer.batch_sampler.plan()[:3]],
-    "micro_batches_per_epoch": len(trainer.batch_sampler),
+    "batches": None if sampler is None else [rows for _, rows in sampler.plan()[:3]],
+    "micro_batches_per_epoch": None if sampler is None else len(sampler),
     "accumulation": trainer.args.gradient_accumulation_steps,
     "seen": seen,
 }

@@ -1,7 +1,8 @@
 """A minimal in-memory Hugging Face Hub for tests: what ``huggingface_hub`` 2.x calls for ``create_repo``,
 ``create_branch``, ``upload_folder`` (README metadata check, preupload, commit with inline base64 files),
 ``repo_info``, ``list_repo_tree`` and ``hf_hub_download`` (HEAD/GET ``resolve`` with the Hub's headers and error
-codes). Model repositories only.
+codes), for model and dataset repositories (``repo_type="dataset"``: enough for ``datasets.load_dataset`` of a
+script-free dataset repo, streamed or not).
 
 Usage: ``with HubServer() as hub: os.environ["HF_ENDPOINT"] = hub.url``; ``hub.requests`` lists what was asked.
 """
@@ -20,6 +21,7 @@ from urllib.parse import unquote, urlsplit
 import yaml
 
 _REPO = r"(?P<repo>[^/]+/[^/]+)"
+_KIND = r"(?P<kind>models|datasets)"
 _REV = r"(?P<rev>[^/]+)"
 
 
@@ -63,6 +65,10 @@ class HubServer:
         repo.commits[oid] = files
         repo.branches[branch] = oid
         return oid
+
+
+def _file_entry(path: str, content: bytes) -> dict:
+    return {"type": "file", "path": path, "size": len(content), "oid": git_blob_sha1(content)}
 
 
 def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
@@ -113,11 +119,13 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
             routes = [
                 ("POST", r"/api/repos/create", self._create_repo),
                 ("POST", r"/api/validate-yaml", self._validate_yaml),
-                ("POST", rf"/api/models/{_REPO}/preupload/{_REV}", self._preupload),
-                ("POST", rf"/api/models/{_REPO}/commit/{_REV}", self._commit),
-                ("POST", rf"/api/models/{_REPO}/branch/(?P<branch>[^/]+)", self._create_branch),
-                ("GET", rf"/api/models/{_REPO}/tree/{_REV}(?:/(?P<path>.*))?", self._tree),
-                ("GET", rf"/api/models/{_REPO}(?:/revision/{_REV})?", self._info),
+                ("POST", rf"/api/{_KIND}/{_REPO}/preupload/{_REV}", self._preupload),
+                ("POST", rf"/api/{_KIND}/{_REPO}/commit/{_REV}", self._commit),
+                ("POST", rf"/api/{_KIND}/{_REPO}/branch/(?P<branch>[^/]+)", self._create_branch),
+                ("GET", rf"/api/{_KIND}/{_REPO}/tree/{_REV}(?:/(?P<path>.*))?", self._tree),
+                ("GET", rf"/api/{_KIND}/{_REPO}(?:/revision/{_REV})?", self._info),
+                ("HEAD", rf"/(?P<kind>datasets)/{_REPO}/resolve/{_REV}/(?P<path>.+)", self._resolve),
+                ("GET", rf"/(?P<kind>datasets)/{_REPO}/resolve/{_REV}/(?P<path>.+)", self._resolve),
                 ("HEAD", rf"/{_REPO}/resolve/{_REV}/(?P<path>.+)", self._resolve),
                 ("GET", rf"/{_REPO}/resolve/{_REV}/(?P<path>.+)", self._resolve),
             ]
@@ -125,7 +133,11 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
                 for method, pattern, action in routes:
                     match = re.fullmatch(pattern, path)
                     if method == self.command and match:
-                        action(**{k: v for k, v in match.groupdict().items() if v is not None})
+                        found = {k: v for k, v in match.groupdict().items() if v is not None}
+                        if found.get("kind") == "datasets":  # dataset repos live under their own keys
+                            found["repo"] = f"datasets/{found['repo']}"
+                        found.pop("kind", None)
+                        action(**found)
                         return
                 self._body()
                 self._error(404, "NotFound")
@@ -134,12 +146,15 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
         def _create_repo(self) -> None:
             payload = json.loads(self._body())
             repo_id = f"{payload.get('organization') or 'user'}/{payload['name']}"
+            url = f"{hub.url}/{repo_id}"
+            if payload.get("type") == "dataset":
+                repo_id, url = f"datasets/{repo_id}", f"{hub.url}/datasets/{repo_id}"
             if repo_id in hub.repos:
                 self._json(409, {"error": "You already created this model repo", "url": f"{hub.url}/{repo_id}"})
                 return
             repo = hub.repos[repo_id] = Repo()
             hub.commit(repo, "main", {".gitattributes": b""})
-            self._json(200, {"url": f"{hub.url}/{repo_id}", "name": repo_id})
+            self._json(200, {"url": url, "name": repo_id.removeprefix("datasets/")})
 
         def _validate_yaml(self) -> None:
             """README.md metadata: the YAML between the leading ``---`` lines must parse to a mapping."""
@@ -217,7 +232,8 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
                 return
             oid, files = resolved
             siblings = [{"rfilename": path} for path in sorted(files)]
-            self._json(200, {"id": repo, "modelId": repo, "sha": oid, "private": False, "siblings": siblings})
+            name = repo.removeprefix("datasets/")
+            self._json(200, {"id": name, "modelId": name, "sha": oid, "private": False, "siblings": siblings})
 
         def _tree(self, repo: str, rev: str, path: str = "") -> None:
             if (resolved := self._files(repo, rev)) is None:
@@ -231,7 +247,7 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
                 if "/" in rest:
                     folders.add(prefix + rest.split("/")[0])
                 else:
-                    entries.append({"type": "file", "path": name, "size": len(content), "oid": git_blob_sha1(content)})
+                    entries.append(_file_entry(name, content))
             entries += [{"type": "directory", "path": folder, "oid": "0" * 40, "size": 0} for folder in sorted(folders)]
             self._json(200, entries)
 

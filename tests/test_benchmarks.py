@@ -141,3 +141,14 @@ def test_bf16_rows_on_an_emulating_cpu(monkeypatch):
     bf16_rows = [line for line in result.markdown.splitlines() if "| bf16 |" in line]
     assert bf16_rows and all(line.rstrip(" |").endswith(EMULATED) for line in bf16_rows)
     assert "bf16 is emulated on this CPU" in result.markdown and "70x slower" in result.markdown
+
+
+def test_data_loading_benchmark(results):
+    data = {r.number: r.data for r in results}[7]
+    assert data["corpus"] == "europarl-v2-it-en" and data["lines"] == 2000
+    assert 0 < data["pairs_batched"] <= data["lines"] and 0 < data["streaming_pairs"] <= data["lines"]
+    assert all(v > 0 for v in data["sentences_per_second"].values())
+    assert all(v > 0 for v in data["ratio_loader_over_training"].values())
+    small, large = data["rss"]
+    assert (small["lines"], large["lines"]) == (1000, 4000) and large["pairs"] > 2 * small["pairs"]
+    assert large["peak_mib"] >= large["base_mib"] > 0 and data["rss_growth_ratio"] > 0

@@ -93,10 +93,14 @@ def test_undecodable_bytes_error_names_file_and_line(tmp_path):
         read_aligned({"de": tmp_path / "b.de", "en": tmp_path / "b.en"}, "bad")
 
 
-def test_unknown_language_errors():
+def test_language_codes_and_unknown_names():
+    # codes are data: any ISO 639-1/3 code (with a script) parses; a list of known codes still restricts them
+    assert parse_pairs("de-xx, zh-Hans-en, zho_hans-EN") == [("de", "xx"), ("zh_Hans", "en"), ("zho_Hans", "en")]
     with pytest.raises(ValueError, match="unknown language in pair 'de-xx' 'xx'; known languages: de, en, es, fr, it"):
-        parse_pairs("de-en,de-xx")
-    with pytest.raises(ValueError, match="known languages"):
+        parse_pairs("de-en,de-xx", languages=("de", "en", "es", "fr", "it"))
+    with pytest.raises(ValueError, match="bad language pair 'english-de': bad language code 'english'"):
+        parse_pairs("english-de")
+    with pytest.raises(ValueError, match=r"none of the corpora \['multi30k'\] has two of the languages \['en', 'cs'\]"):
         load_corpora(["multi30k"], languages=("en", "cs"))
     with pytest.raises(ValueError, match="unknown corpus 'europarl'; known corpora: wmt-newstest-multiway"):
         load_corpus("europarl")
@@ -105,7 +109,7 @@ def test_unknown_language_errors():
 
 def test_xed_skips_danish_rows(data_dir, caplog):
     # awk -F'\t' '$1 ~ /^en\//' pairs-de.txt | wc -l -> 3995 (of 8128; 4133 start with da/)
-    with caplog.at_level(logging.INFO, logger="hf_tlaser.data.corpora"):
+    with caplog.at_level(logging.INFO, logger="hf_tlaser.data"):
         ds = load_corpus("xed", data_dir, languages=("de", "en"))
     assert len(ds) == 3995
     assert "skipped 4133 of 8128" in caplog.text
@@ -143,6 +147,8 @@ def test_from_hf_dataset_local_files(tmp_path):
         '{"translation": {"de": "Hallo", "en": "Hello"}}\n{"translation": {"de": "Ja ", "en": "Yes"}}\n'
     )
     ds = from_hf_dataset("json", "local", data_files=str(tmp_path / "d.jsonl"))
-    assert ds[1] == {"de": "Ja", "en": "Yes", "es": None, "fr": None, "it": None, "corpus": "local"}
+    assert ds[1] == {"de": "Ja", "en": "Yes", "corpus": "local"}  # the dataset's own languages
+    five = from_hf_dataset("json", "local", data_files=str(tmp_path / "d.jsonl"), languages=["de", "en", "es"])
+    assert five[1] == {"de": "Ja", "en": "Yes", "es": None, "corpus": "local"}
     cols = datasets.Dataset.from_dict({"src": ["uno"], "tgt": ["one"]})
     assert from_hf_dataset(cols, "c", columns={"it": "src", "en": "tgt"})[0]["it"] == "uno"

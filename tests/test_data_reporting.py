@@ -26,12 +26,12 @@ def test_skipped_file_sets_are_counted(tmp_path, caplog):
         "nt2.fr-en.en": "hello\n",
     }.items():
         (folder / name).write_text(text)
-    with caplog.at_level(logging.INFO, logger="hf_tlaser.data.corpora"):
+    with caplog.at_level(logging.INFO, logger="hf_tlaser.data"):
         ds = load_corpora(["wmt-newstest-bilingual"], tmp_path, languages=("de", "en"), join_english=False)
     assert len(ds) == 1
     assert (
-        "wmt-newstest-bilingual: skipped 2 file set(s) (4 files) without two of the languages ['de', 'en']: "
-        "nt.pt-en, nt2.fr-en" in caplog.text
+        "wmt-newstest-bilingual: skipped 2 file set(s) without two of the languages ['de', 'en']: "
+        "wmt-newstest-bilingual/nt.pt-en (en/pt), wmt-newstest-bilingual/nt2.fr-en (en/fr)" in caplog.text
     )
 
 
@@ -39,7 +39,7 @@ def test_max_lines_cut_is_counted(data_dir, caplog):
     folder = data_dir / "wmt-newstest-multiway"
     sets = ("news-test2008", "newssyscomb2009", "newstest2009", "newstest2010", "newstest2011", "newstest2013")
     total = sum(count_lines(folder / f"{name}.de") for name in sets)
-    with caplog.at_level(logging.INFO, logger="hf_tlaser.data.corpora"):
+    with caplog.at_level(logging.INFO, logger="hf_tlaser.data"):
         load_corpora(["wmt-newstest-multiway"], data_dir, languages=("de", "en"), max_lines=100)
     assert (
         f"wmt-newstest-multiway: --max-lines 100 cut {total - 600} of {total} lines (6 of 6 file sets)" in caplog.text

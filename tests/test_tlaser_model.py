@@ -268,3 +268,13 @@ def test_init_statistics_per_style(style):
     assert (off_diagonal > 0.99) if style == "bert" else (off_diagonal < 0.97)
     spread = (centred.norm(dim=-1).mean() / vectors.norm(dim=-1).mean()).item()
     assert (spread > 0.15) if style == "fairseq" else (spread < 0.06)
+
+
+@pytest.mark.parametrize("model", ["tlaser", "ctlaser"])
+def test_presets_keep_the_paper_one_flag_away(model):
+    """``tiny`` is the measured CPU recipe (fairseq init, no dropout, alignment loss); ``paper`` keeps the authors'."""
+    from hf_tlaser.training.presets import get_preset
+
+    tiny, paper = get_preset(model, "tiny").make_config(8000), get_preset(model, "paper").make_config(8000)
+    assert (tiny.dropout, tiny.init_style, tiny.align_loss_weight, tiny.hidden_size) == (0.0, "fairseq", 1.0, 192)
+    assert (paper.dropout, paper.init_style, paper.align_loss_weight, paper.hidden_size) == (0.3, "bert", 0.0, 1024)

@@ -90,7 +90,13 @@ def finished_run(tmp_path_factory, tokenizer_dir) -> tuple[Path, str]:
         (["--set", "num_attention_heads=5"], "not divisible"),
         (["--set", "no_such_key=1"], "unknown --set key 'no_such_key'; known keys: vocab_size, hidden_size"),
         (["--set", "hidden_size"], "--set 'hidden_size': expected KEY=VALUE"),
-        (["--pairs", "de-xx"], "--pairs: unknown language in pair 'de-xx'"),
+        (["--pairs", "de-xx"], "--pairs de-xx: no corpus has 'xx' text (the corpora wmt-newstest-multiway have"),
+        (["--pairs", "de-english"], "--pairs: bad language pair 'de-english': bad language code 'english'"),
+        (["--corpora", "tsv:"], "--corpora: corpus spec 'tsv:': nothing after tsv:"),
+        (["--corpora", "files:de=a.de"], "--corpora: corpus spec 'files:de=a.de': files: needs two or more LANG=PATH"),
+        (["--corpora", "hf:x:spilt=train"], "--corpora: corpus spec 'hf:x:spilt=train': unknown option 'spilt'"),
+        (["--corpora", "files:de=/no/a.de:en=/no/a.en"], "--corpora: corpus file /no/a.de does not exist"),
+        (["--corpora", "moses:/no/corpus"], "--corpora: corpus spec 'moses:/no/corpus': no folder /no/corpus and no"),
         (["--pairs", "deen"], "--pairs: bad language pair 'deen'"),
         (["--corpora", "europarl"], "--corpora: unknown corpus 'europarl'; known corpora: wmt-newstest-multiway"),
         (["--data-dir", "/nonexistent/corpora"], "data dir /nonexistent/corpora (from --data-dir / $HF_TLASER_DATA)"),
@@ -271,7 +277,9 @@ def test_help_shows_defaults_and_choices(monkeypatch):
     text = build_parser().format_help()
     assert "--batching {pair,multiway}" in text
     assert "--precision {auto,fp32,bf16,fp16}" in text
-    assert "(default: de-en,de-es,en-es,es-en,fr-en,fr-es,it-en,it-es)" in text
+    assert "the default corpora and pivots give the paper's de-en,de-es,en-es,es-en,fr-en,fr-es,it-en,it-es)" in text
+    assert "(default: en,es)" in text  # --pivots
+    assert "moses:FOLDER" in text and "hf:ID_OR_FOLDER[:config=NAME]" in text  # --corpora specs
     assert "(default: 1000)" in text  # --max-steps
     assert "(default: wmt-newstest-multiway,europarl-v2-it-en,multi30k," in text  # --corpora
     assert "recipe override (default: the preset's: paper all, small all, tiny 60000)" in text  # --max-lines

@@ -4,6 +4,7 @@ DDP keeps ranks identical, the inverse-sqrt schedule."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -192,3 +193,31 @@ def test_ddp_resume_past_an_epoch_boundary_continues_the_data_order(tmp_path, to
         expected = [tuple(item) for item in full[rank]["seen"] if item[0] >= 5]
         assert [tuple(item) for item in resumed[rank]["seen"]] == expected, rank
     assert resumed[0]["checksum"] == resumed[1]["checksum"] == full[0]["checksum"]
+
+
+def test_streaming_resume_continues_the_stream(tmp_path, tokenizer_dir):
+    """``--streaming``: a run resumed from a checkpoint reads on from its saved stream state and reproduces the
+    uninterrupted run's next losses."""
+    streaming = ["--streaming", "--shuffle-buffer", "100", "--max-lines", "150", "--max-steps", "6"]
+    full = train(parse_args(tiny_args(tmp_path / "full", tokenizer_dir, *streaming, "--save-steps", "3")))
+    checkpoint = tmp_path / "full" / "checkpoint-3"
+    state = json.loads((checkpoint / "stream_state_rank0.json").read_text())
+    assert state["batches"] == 3 * full.args.gradient_accumulation_steps
+    shutil.copytree(checkpoint, tmp_path / "resumed" / "checkpoint-3")
+    resumed = train(parse_args(tiny_args(tmp_path / "resumed", tokenizer_dir, *streaming, "--resume", "auto")))
+    expected, got = losses(full.args.output_dir), losses(resumed.args.output_dir)
+    for step in (4, 5, 6):
+        assert got[step] == pytest.approx(expected[step], rel=1e-5), (step, got, expected)
+
+
+def test_two_process_ddp_streaming(tmp_path, tokenizer_dir):
+    """``--streaming`` under 2-process DDP: every rank reads its own share of the groups, the weights stay identical,
+    each rank's stream state lands in the checkpoint."""
+    out = tmp_path / "ddp"
+    streaming = ("--streaming", "--shuffle-buffer", "100")
+    sums = launch_ddp(out, tokenizer_dir, *streaming, "--max-steps", "2", "--save-steps", "2")
+    assert sums[0]["world_size"] == sums[1]["world_size"] == 2 and sums[0]["batches"] is None
+    assert sums[0]["checksum"] == sums[1]["checksum"]
+    assert not {fp for _, fp in sums[0]["seen"]} & {fp for _, fp in sums[1]["seen"]}
+    states = [json.loads((out / "checkpoint-2" / f"stream_state_rank{r}.json").read_text()) for r in (0, 1)]
+    assert [(s["rank"], s["world_size"]) for s in states] == [(0, 2), (1, 2)]

@@ -9,11 +9,25 @@ from hf_tlaser.data.corpora import (
     REGISTRY,
     CorpusSpec,
     check_corpora,
+    corpus_languages,
+    corpus_sentences,
     corpus_texts,
     load_corpora,
     load_corpus,
+    resolve_corpora,
 )
-from hf_tlaser.data.languages import BILINGUAL_PAIRS, DEFAULT_PAIRS, LANGUAGES, Pair, parse_pairs
+from hf_tlaser.data.languages import (
+    BILINGUAL_PAIRS,
+    DEFAULT_PAIRS,
+    DEFAULT_PIVOTS,
+    LANGUAGES,
+    Pair,
+    curriculum_pairs,
+    decoder_languages,
+    normalize_language,
+    parse_languages,
+    parse_pairs,
+)
 from hf_tlaser.data.lengths import sentence_lengths, token_counts
 from hf_tlaser.data.paths import get_data_dir
 from hf_tlaser.data.pivot import join_on_english, normalize_whitespace
@@ -27,10 +41,23 @@ from hf_tlaser.data.readers import (
     read_moses,
     read_tsv,
 )
+from hf_tlaser.data.sources import SPEC_HELP, Source, parse_spec, split_specs
 
 __all__ = [
     "BILINGUAL_PAIRS",
     "DEFAULT_PAIRS",
+    "DEFAULT_PIVOTS",
+    "SPEC_HELP",
+    "Source",
+    "corpus_languages",
+    "corpus_sentences",
+    "curriculum_pairs",
+    "decoder_languages",
+    "normalize_language",
+    "parse_languages",
+    "parse_spec",
+    "resolve_corpora",
+    "split_specs",
     "DEFAULT_TRAIN_CORPORA",
     "EVALUATION_CORPORA",
     "LANGUAGES",

@@ -44,9 +44,46 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
-from hf_tlaser.data.languages import DEFAULT_PAIRS, LANGUAGES, Pair, check_languages
+from hf_tlaser.data.languages import DEFAULT_PAIRS, Pair, check_languages, language_columns
 
 logger = logging.getLogger(__name__)
+
+
+def pack_chunk(
+    rows: np.ndarray,
+    src_len: np.ndarray,
+    tgt_len: np.ndarray,
+    src_w: np.ndarray,
+    tgt_w: np.ndarray,
+    max_tokens: int,
+    max_sentences: int | None = None,
+) -> list[list[int]]:
+    """Sort one chunk of rows by length (stable) and pack it greedily into micro-batches: rows x longest sentence
+    (source and target side, each row counted ``src_w``/``tgt_w`` times) stays under ``max_tokens``, at most
+    ``max_sentences`` rows. The arrays are aligned with ``rows``; returns lists of ``rows`` items."""
+    order = np.argsort(np.maximum(src_len, tgt_len), kind="stable")
+    stats = zip(
+        rows[order].tolist(),
+        src_len[order].tolist(),
+        tgt_len[order].tolist(),
+        src_w[order].tolist(),
+        tgt_w[order].tolist(),
+    )
+    batches: list[list[int]] = []
+    batch: list[int] = []
+    src_w_sum = tgt_w_sum = src_max = tgt_max = 0
+    for row, s_len, t_len, s_w, t_w in stats:
+        n_src_w, n_tgt_w = src_w_sum + s_w, tgt_w_sum + t_w
+        n_src_max, n_tgt_max = max(src_max, s_len), max(tgt_max, t_len)
+        full = max_sentences is not None and len(batch) >= max_sentences
+        if batch and (full or n_src_w * n_src_max > max_tokens or n_tgt_w * n_tgt_max > max_tokens):
+            batches.append(batch)
+            batch, n_src_w, n_tgt_w, n_src_max, n_tgt_max = [], s_w, t_w, s_len, t_len
+        batch.append(row)
+        src_w_sum, tgt_w_sum, src_max, tgt_max = n_src_w, n_tgt_w, n_src_max, n_tgt_max
+    if batch:
+        batches.append(batch)
+    return batches
 
 
 class _Stream:
@@ -65,27 +102,15 @@ class _Stream:
         batches: list[list[int]] = []
         for start in range(0, len(perm), chunk_size):
             chunk = perm[start : start + chunk_size]
-            chunk = chunk[np.argsort(np.maximum(self.src_len[chunk], self.tgt_len[chunk]), kind="stable")]
-            stats = zip(
-                chunk.tolist(),
-                self.src_len[chunk].tolist(),
-                self.tgt_len[chunk].tolist(),
-                self.src_w[chunk].tolist(),
-                self.tgt_w[chunk].tolist(),
+            batches += pack_chunk(
+                chunk,
+                self.src_len[chunk],
+                self.tgt_len[chunk],
+                self.src_w[chunk],
+                self.tgt_w[chunk],
+                max_tokens,
+                max_sentences,
             )
-            batch: list[int] = []
-            src_w = tgt_w = src_max = tgt_max = 0
-            for row, s_len, t_len, s_w, t_w in stats:
-                n_src_w, n_tgt_w = src_w + s_w, tgt_w + t_w
-                n_src_max, n_tgt_max = max(src_max, s_len), max(tgt_max, t_len)
-                full = max_sentences is not None and len(batch) >= max_sentences
-                if batch and (full or n_src_w * n_src_max > max_tokens or n_tgt_w * n_tgt_max > max_tokens):
-                    batches.append(batch)
-                    batch, n_src_w, n_tgt_w, n_src_max, n_tgt_max = [], s_w, t_w, s_len, t_len
-                batch.append(row)
-                src_w, tgt_w, src_max, tgt_max = n_src_w, n_tgt_w, n_src_max, n_tgt_max
-            if batch:
-                batches.append(batch)
         return [batches[i] for i in rng.permutation(len(batches))]
 
 
@@ -285,8 +310,9 @@ class ParallelExamples(torch.utils.data.Dataset):
     whole micro-batch from Arrow at once.
     """
 
-    def __init__(self, dataset: datasets.Dataset, languages: Sequence[str] = LANGUAGES) -> None:
-        self.languages = [lang for lang in languages if lang in dataset.column_names]
+    def __init__(self, dataset: datasets.Dataset, languages: Sequence[str] | None = None) -> None:
+        """``languages``: the columns read (default: every language column of ``dataset``)."""
+        self.languages = language_columns(dataset.column_names, languages)
         self.dataset = dataset.select_columns(self.languages)
 
     def __len__(self) -> int:

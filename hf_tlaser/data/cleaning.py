@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import datasets
 import numpy as np
 from transformers import PreTrainedTokenizerBase
 
-from hf_tlaser.data.languages import LANGUAGES
+from hf_tlaser.data.languages import language_columns
 from hf_tlaser.data.lengths import LENGTH_PREFIX, token_counts
 
 logger = logging.getLogger(__name__)
@@ -61,17 +62,18 @@ def _clean_group(lengths: dict[str, int], config: CleaningConfig) -> tuple[set[s
 def clean_groups(
     dataset: datasets.Dataset,
     config: CleaningConfig | None = None,
-    languages: tuple[str, ...] | list[str] = LANGUAGES,
+    languages: Sequence[str] | None = None,
     tokenizer: PreTrainedTokenizerBase | None = None,
 ) -> tuple[datasets.Dataset, CleaningReport]:
     """Remove empty / over-long / length-ratio-violating sentences; drop groups left with fewer than 2.
 
     For a bitext this is the LASER pair filter (the pair is dropped); in a multi-way group only the offending
     sentence goes (the one farthest from the group's median length for the ratio), so that every pair left in a
-    group passes all filters. Counts are logged and returned.
+    group passes all filters. ``languages``: the columns cleaned (default: every language column). Counts are logged
+    and returned.
     """
     config = config or CleaningConfig()
-    languages = [lang for lang in languages if lang in dataset.column_names]
+    languages = language_columns(dataset.column_names, languages)
 
     def mark(batch: dict[str, list]) -> dict[str, list]:
         n = len(batch["corpus"])

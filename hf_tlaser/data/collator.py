@@ -51,12 +51,17 @@ class TranslationCollator:
         max_length: int | None = None,
         with_source_language: bool = False,
     ) -> None:
-        """``pairs``: curriculum directions (multi-way mode); ``max_length`` truncates sentences (default: none);
-        ``with_source_language``: pair batches also carry ``src_lang``."""
+        """``languages``: the model's language table (``tgt_lang``/``src_lang`` index it; it must hold the targets of
+        ``pairs``, and their sources with ``with_source_language``); ``pairs``: curriculum directions (multi-way
+        mode); ``max_length`` truncates sentences (default: none); ``with_source_language``: pair batches also carry
+        ``src_lang``."""
         if tokenizer.eos_token_id is None:
             raise ValueError("the tokenizer has no eos_token (expected '</s>')")
-        check_languages({lang for pair in pairs for lang in pair}, languages, what="language in pairs")
+        check_languages(sorted({b for _, b in pairs}), languages, what="target language in pairs")
+        if with_source_language:
+            check_languages(sorted({a for a, _ in pairs}), languages, what="source language in pairs")
         self.tokenizer, self.languages, self.pairs = tokenizer, list(languages), list(pairs)
+        self.sentence_languages = sorted({lang for pair in self.pairs for lang in pair})
         self.with_target_encoding, self.max_length = with_target_encoding, max_length
         self.with_source_language = with_source_language
 
@@ -117,7 +122,7 @@ class TranslationCollator:
         for group, ex in enumerate(examples):
             directions = [(a, b) for a, b in self.pairs if ex.get(a) and ex.get(b)]
             row_of = {}
-            for lang in self.languages:
+            for lang in self.sentence_languages:
                 if any(lang in direction for direction in directions):
                     row_of[lang] = len(sentences)
                     sentences.append(ex[lang])

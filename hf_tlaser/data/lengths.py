@@ -6,10 +6,9 @@ from collections.abc import Sequence
 
 import datasets
 import numpy as np
-from tokenizers import Tokenizer
 from transformers import PreTrainedTokenizerBase
 
-from hf_tlaser.data.languages import LANGUAGES
+from hf_tlaser.data.languages import language_columns
 
 LENGTH_PREFIX = "_len_"
 """``clean_groups(..., tokenizer=tok)`` leaves a column ``_len_<lang>``: encoder-format length, 0 where absent."""
@@ -29,25 +28,32 @@ def token_counts(
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:
         return [len(ids) for ids in tokenizer(texts, add_special_tokens=add_special_tokens)["input_ids"]]
-    # a loaded tokenizer may carry padding/truncation settings in its backend: count on a plain copy
-    plain = Tokenizer.from_str(backend.to_str())
-    plain.no_padding()
-    plain.no_truncation()
-    return [len(enc.ids) for enc in plain.encode_batch(texts, add_special_tokens=add_special_tokens)]
+    # a loaded tokenizer may carry padding/truncation settings in its backend: count without them, then restore them
+    padding, truncation = backend.padding, backend.truncation
+    backend.no_padding()
+    backend.no_truncation()
+    try:
+        return [len(enc.ids) for enc in backend.encode_batch(texts, add_special_tokens=add_special_tokens)]
+    finally:
+        if padding is not None:
+            backend.enable_padding(**padding)
+        if truncation is not None:
+            backend.enable_truncation(**truncation)
 
 
 def sentence_lengths(
     dataset: datasets.Dataset,
     tokenizer: PreTrainedTokenizerBase | None = None,
-    languages: Sequence[str] = LANGUAGES,
+    languages: Sequence[str] | None = None,
     batch_size: int = 10_000,
 ) -> dict[str, np.ndarray]:
-    """Encoder-format length (tokens incl. ``STR_TAG`` and ``</s>``) of every sentence, 0 where absent or empty.
+    """Encoder-format length (tokens incl. ``STR_TAG`` and ``</s>``) of every sentence of ``languages`` (default:
+    every language column), 0 where absent or empty.
 
     Reads the ``_len_<lang>`` columns that ``clean_groups`` wrote with the same tokenizer when they exist;
     otherwise tokenizes (without a tokenizer: whitespace tokens + 2, an approximation).
     """
-    languages = [lang for lang in languages if lang in dataset.column_names]
+    languages = language_columns(dataset.column_names, languages)
     stored = [LENGTH_PREFIX + lang for lang in languages]
     if tokenizer is not None and set(stored) <= set(dataset.column_names):
         table = dataset.select_columns(stored).with_format("numpy")[:]  # one batched read, not row by row

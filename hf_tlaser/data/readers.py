@@ -13,14 +13,14 @@ import gzip
 import itertools
 import logging
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
 import datasets
 from datasets.exceptions import DatasetGenerationError
 
-from hf_tlaser.data.languages import LANGUAGES, check_languages
+from hf_tlaser.data.languages import LANGUAGES, check_languages, looks_like_language, normalize_language
 from hf_tlaser.errors import MissingDataError, UsageError
 
 logger = logging.getLogger(__name__)
@@ -113,12 +113,19 @@ def _group_rows(
             logger.info("%s: %d empty %s in %s (dropped by cleaning)", corpus, n, unit, names[lang])
 
 
+def aligned_rows(
+    files: Mapping[str, str], corpus: str, languages: Sequence[str], max_lines: int | None = None
+) -> Iterator[dict[str, str | None]]:
+    """Group rows of files aligned by line (``{lang: path}``); see ``read_aligned``."""
+    streams = {lang: iter_lines(path) for lang, path in files.items()}
+    yield from _group_rows(streams, files, "lines", corpus, languages, max_lines)
+
+
 def _aligned_generator(
     files: dict[str, str], corpus: str, languages: tuple[str, ...], max_lines: int | None, stamp: str
 ) -> Iterator[dict[str, str | None]]:
     del stamp  # only part of the cache fingerprint
-    streams = {lang: iter_lines(path) for lang, path in files.items()}
-    yield from _group_rows(streams, files, "lines", corpus, languages, max_lines)
+    yield from aligned_rows(files, corpus, languages, max_lines)
 
 
 def _csv_fields(path: str, columns: tuple[int, ...]) -> Iterator[str]:
@@ -126,6 +133,19 @@ def _csv_fields(path: str, columns: tuple[int, ...]) -> Iterator[str]:
         if len(fields) <= max(columns):
             raise DataFormatError(f"{path}: CSV row {rowno} has {len(fields)} fields, expected > {max(columns)}")
         yield from (fields[c] for c in columns)
+
+
+def csv_rows(
+    files: Mapping[str, str],
+    columns: Sequence[int],
+    corpus: str,
+    languages: Sequence[str],
+    max_rows: int | None = None,
+) -> Iterator[dict[str, str | None]]:
+    """Group rows of CSV files aligned by row; every listed column of a row becomes one group (``read_csv_aligned``)."""
+    streams = {lang: _csv_fields(path, tuple(columns)) for lang, path in files.items()}
+    max_items = None if max_rows is None else max_rows * len(columns)
+    yield from _group_rows(streams, files, "CSV fields", corpus, languages, max_items)
 
 
 def _csv_generator(
@@ -137,23 +157,23 @@ def _csv_generator(
     stamp: str,
 ) -> Iterator[dict[str, str | None]]:
     del stamp
-    streams = {lang: _csv_fields(path, columns) for lang, path in files.items()}
-    max_items = None if max_rows is None else max_rows * len(columns)
-    yield from _group_rows(streams, files, "CSV fields", corpus, languages, max_items)
+    yield from csv_rows(files, columns, corpus, languages, max_rows)
 
 
-def _tsv_generator(
+def tsv_rows(
     path: str,
-    columns: dict[str, int],
-    n_fields: int | None,
-    require_prefix: tuple[int, str] | None,
+    columns: Mapping[str, int],
     corpus: str,
-    languages: tuple[str, ...],
-    max_lines: int | None,
-    stamp: str,
+    languages: Sequence[str],
+    *,
+    n_fields: int | None = None,
+    require_prefix: tuple[int, str] | None = None,
+    max_lines: int | None = None,
+    skip_lines: int = 0,
 ) -> Iterator[dict[str, str | None]]:
-    del stamp
-    for lineno, line in enumerate(itertools.islice(iter_lines(path), max_lines), start=1):
+    """Group rows of a TSV file (``read_tsv``); ``skip_lines`` leading lines (a header) are not data."""
+    lines = itertools.islice(iter_lines(path), skip_lines, None if max_lines is None else skip_lines + max_lines)
+    for lineno, line in enumerate(lines, start=1 + skip_lines):
         fields = line.split("\t")
         needed = n_fields if n_fields is not None else max(columns.values()) + 1
         if len(fields) < needed or (n_fields is not None and len(fields) != n_fields):
@@ -161,9 +181,14 @@ def _tsv_generator(
         if require_prefix is not None and not fields[require_prefix[0]].startswith(require_prefix[1]):
             continue
         row: dict[str, str | None] = dict.fromkeys(languages)
-        row.update({lang: fields[col].strip() for lang, col in columns.items()})
+        row.update({lang: fields[col].strip() for lang, col in columns.items() if lang in row})
         row["corpus"] = corpus
         yield row
+
+
+def _tsv_generator(path: str, corpus: str, languages: tuple[str, ...], stamp: str, **options) -> Iterator[dict]:
+    del stamp
+    yield from tsv_rows(path, corpus=corpus, languages=languages, **options)
 
 
 def _stamp(paths: Sequence[PathLike]) -> str:
@@ -258,11 +283,13 @@ def read_tsv(
     n_fields: int | None = None,
     require_prefix: tuple[int, str] | None = None,
     max_lines: int | None = None,
+    skip_lines: int = 0,
 ) -> datasets.Dataset:
     """Read a TSV file whose ``columns`` ({lang: 0-based column}) hold translations of each other.
 
     ``n_fields`` checks the number of fields of every line; ``require_prefix=(column, prefix)`` keeps only lines
-    whose ``column`` starts with ``prefix`` (the others are skipped; see ``count_lines`` to report them).
+    whose ``column`` starts with ``prefix`` (the others are skipped; see ``count_lines`` to report them);
+    ``skip_lines`` leading lines (a header) are not data.
     """
     check_languages(columns, languages)
     kwargs = dict(
@@ -273,47 +300,88 @@ def read_tsv(
         corpus=corpus,
         languages=tuple(languages),
         max_lines=max_lines,
+        skip_lines=skip_lines,
         stamp=_stamp([path]),
     )
     return _from_generator(_tsv_generator, kwargs, languages)
 
 
+def hf_columns(
+    column_names: Sequence[str], features: datasets.Features | None, columns: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """``{lang: column}`` of a Hugging Face dataset: ``columns`` as given (a column name, or ``translation.de`` for
+    a field of a dict column), else the fields of a WMT-style ``translation`` column, else the columns, that are named
+    like a language (``looks_like_language``). DataFormatError when fewer than two languages are found."""
+    if columns:
+        out = {normalize_language(lang): str(col) for lang, col in columns.items()}
+        missing = [col for col in out.values() if col.split(".")[0] not in column_names]
+        if missing:
+            raise DataFormatError(f"column(s) {missing} not in the dataset's columns {list(column_names)}")
+    elif "translation" in column_names and features is not None and "translation" in features:
+        fields = features["translation"]
+        names = fields.languages if isinstance(fields, datasets.Translation) else list(fields)
+        out = {code: f"translation.{name}" for name in names if (code := looks_like_language(name))}
+    else:
+        out = {code: col for col in column_names if (code := looks_like_language(col))}
+    if len(out) < 2:
+        raise DataFormatError(
+            f"found the languages {sorted(out)} in the columns {list(column_names)}: need two or more; map them with "
+            "LANG=COLUMN (e.g. de=translation.de or de=source)"
+        )
+    return out
+
+
+def hf_converter(
+    columns: Mapping[str, str], corpus: str, languages: Sequence[str]
+) -> Callable[[dict[str, list]], dict[str, list]]:
+    """A batched ``map`` function from a Hugging Face dataset's columns (``hf_columns``) to the group schema."""
+
+    def convert(batch: dict[str, list]) -> dict[str, list]:
+        n = len(next(iter(batch.values())))
+        out: dict[str, list] = {lang: [None] * n for lang in languages}
+        for lang, path in columns.items():
+            if lang not in out:
+                continue
+            head, _, key = path.partition(".")
+            values = batch[head] if not key else [None if item is None else item.get(key) for item in batch[head]]
+            out[lang] = [None if text is None else str(text).strip() for text in values]
+        out["corpus"] = [corpus] * n
+        return out
+
+    return convert
+
+
 def from_hf_dataset(
-    source: str | datasets.Dataset,
+    source: str | datasets.Dataset | datasets.IterableDataset,
     corpus: str | None = None,
     *,
     columns: Mapping[str, str] | None = None,
     split: str = "train",
-    languages: Sequence[str] = LANGUAGES,
+    languages: Sequence[str] | None = None,
     **load_kwargs,
-) -> datasets.Dataset:
-    """Convert a Hugging Face dataset to the group schema.
+) -> datasets.Dataset | datasets.IterableDataset:
+    """Convert a Hugging Face dataset to the group schema (an ``IterableDataset`` stays one).
 
-    ``source`` is a ``datasets.Dataset``, a hub name (e.g. ``"wmt14"`` with ``name="de-en"``) or a local builder
+    ``source`` is a (iterable) dataset, a Hub id (e.g. ``"wmt14"`` with ``name="de-en"``) or a local builder
     (``"json"``/``"csv"`` with ``data_files=...``), loaded with ``datasets.load_dataset(source, split=split,
-    **load_kwargs)``. Texts come from a WMT-style ``translation`` dict column, or from ``columns`` ({lang: column};
-    default: the columns named like a language).
+    **load_kwargs)``. Texts come from ``columns`` ({lang: column or ``translation.<lang>``}), by default from a
+    WMT-style ``translation`` column or the columns named like a language (``hf_columns``). ``languages``: the
+    group columns (default: the dataset's languages).
     """
-    ds = source if isinstance(source, datasets.Dataset) else datasets.load_dataset(source, split=split, **load_kwargs)
+    if isinstance(source, str):
+        ds = datasets.load_dataset(source, split=split, **load_kwargs)
+    else:
+        ds = source
     corpus = corpus or (source if isinstance(source, str) else ds.info.dataset_name or "hf-dataset")
-    translation = columns is None and "translation" in ds.column_names
-    if columns is None:
-        columns = {} if translation else {lang: lang for lang in languages if lang in ds.column_names}
-    check_languages(columns, languages)
-    if not translation and len(columns) < 2:
-        raise ValueError(f"{corpus}: need >= 2 language columns, found {sorted(columns)} in {ds.column_names}")
-
-    def convert(batch: dict[str, list]) -> dict[str, list]:
-        n = len(batch[ds.column_names[0]])
-        out: dict[str, list] = {lang: [None] * n for lang in languages}
-        if translation:
-            for i, item in enumerate(batch["translation"]):
-                for lang, text in item.items():
-                    if lang in out and text is not None:
-                        out[lang][i] = text.strip()
-        for lang, col in columns.items():
-            out[lang] = [None if text is None else text.strip() for text in batch[col]]
-        out["corpus"] = [corpus] * n
-        return out
-
-    return ds.map(convert, batched=True, remove_columns=ds.column_names, features=group_features(languages))
+    names = ds.column_names
+    if names is None:  # a streamed dataset without declared features: its first row tells the columns
+        ds = ds._resolve_features()
+        names = ds.column_names
+    found = hf_columns(names, ds.features, columns)
+    languages = sorted(found) if languages is None else list(languages)
+    return ds.map(
+        hf_converter(found, corpus, languages),
+        batched=True,
+        remove_columns=names,
+        features=group_features(languages),
+    )

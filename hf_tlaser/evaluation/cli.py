@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,14 +20,16 @@ import torch
 from transformers import AutoModel, AutoTokenizer
 
 import hf_tlaser
+from hf_tlaser.data.languages import parse_languages
 from hf_tlaser.encoding import model_languages
 from hf_tlaser.errors import UsageError
 from hf_tlaser.evaluation.classifier import CLASSIFIERS, ClassifierConfig
 from hf_tlaser.evaluation.lexical import NAME as LEXICAL_NAME
 from hf_tlaser.evaluation.provenance import check_model_folder, describe_model
-from hf_tlaser.evaluation.readers import LANGS, laser_mldoc_cleanup
+from hf_tlaser.evaluation.readers import LANGS, is_spec, laser_mldoc_cleanup
 from hf_tlaser.evaluation.report import about_table, summary_table
 from hf_tlaser.evaluation.suite import (
+    EVALUATION_LANGS,
     RETRIEVAL_SETS,
     SUITES,
     Reference,
@@ -138,13 +141,17 @@ def evaluate_model(
     references: bool = True,
     max_tokens: int = 16000,
     precision: str = "auto",
+    languages: Sequence[str] | None = None,
 ) -> dict:
     """Encode with the model of ``model_dir`` and run ``suites``; returns the results dict (also on disk).
 
     ``references`` adds the random-init architecture (unless ``random_init``: then it is the evaluated row) and the
     ``tfidf-char`` lexical baseline as rows of the same tables. ``precision`` (auto/fp32/bf16/fp16) is resolved for
     the default device (CUDA, MPS or CPU) and recorded in the results. ``retrieval_sets``: None runs every set with
-    two of the evaluated languages.
+    two of the evaluated languages; a set may also be a corpus spec of aligned text (``files:de=a:en=b``, ``hf:...``).
+    ``suites`` may hold user classification datasets (``hf:...``, see ``read_classification_spec``). ``languages``:
+    the evaluated languages (default: the paper's five and every language the model was trained on, recorded in its
+    config as ``training_languages``); every set is evaluated on the ones it has.
 
     A bilingual cNV model is evaluated on its own two languages only (``UsageError`` unless both are evaluation
     languages; a named retrieval set without both is one too), each text through the encoder of its language;
@@ -153,7 +160,13 @@ def evaluate_model(
     """
     config = check_model_folder(model_dir)
     model_langs = model_languages(config)
-    langs = LANGS if model_langs is None else evaluation_languages(model_langs)
+    if languages is not None:
+        langs = list(languages)
+    elif model_langs is not None:
+        langs = evaluation_languages(model_langs)
+    else:
+        trained = config.get("training_languages") or []  # recorded by hf-tlaser train (older models: none)
+        langs = [*LANGS, *(lang for lang in trained if lang not in LANGS)]
     retrieval_sets = retrieval_sets_for(langs, retrieval_sets) if "retrieval" in suites else ()
     device = default_device()
     choice = resolve_precision(precision, device)
@@ -171,8 +184,10 @@ def evaluate_model(
         classifier="LASER's MLDoc MLP" if classifier == "mlp" else "linear SVM (LinearSVC, C=1)",
     )
     if model_langs is not None:
-        left_out = [lang for lang in LANGS if lang not in langs]
+        left_out = [lang for lang in EVALUATION_LANGS if lang not in langs]
         about["evaluation_languages"] = f"{', '.join(langs)} (the model's; not {', '.join(left_out)})"
+    else:
+        about["evaluation_languages"] = ", ".join(langs)
     rows: dict[str, Reference] = {}
     if references and not random_init:
         untrained = embedder(True)
@@ -201,6 +216,21 @@ def evaluate_model(
     )
 
 
+def _suite(value: str) -> str:
+    """A ``--suite`` value: a registered suite or a user classification dataset spec."""
+    if value in SUITES or is_spec(value):
+        return value
+    choices = ", ".join(repr(suite) for suite in SUITES)
+    raise argparse.ArgumentTypeError(f"invalid choice: {value!r} (choose from {choices}); or hf:FOLDER_OR_ID")
+
+
+def _languages(value: str) -> list[str]:
+    try:
+        return parse_languages(value, "language")
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``hf-tlaser evaluate`` argument parser."""
     parser = argparse.ArgumentParser(
@@ -210,18 +240,27 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--suite",
         nargs="+",
-        choices=SUITES,
+        type=_suite,
         default=["retrieval", "sib200"],
         metavar="SUITE",
-        help=f"what to run, one or more of: {', '.join(SUITES)} (default: retrieval sib200)",
+        help=f"what to run, one or more of: {', '.join(SUITES)}, or a classification dataset of yours "
+        "hf:FOLDER_OR_ID[:config=NAME][:text=COL][:label=COL][:language=COL] (train, dev and test splits; a folder "
+        "per language code or a language column) (default: retrieval sib200)",
     )
     parser.add_argument(
         "--retrieval-sets",
         nargs="+",
-        choices=list(RETRIEVAL_SETS),
         metavar="SET",
-        help=f"xsim sets, one or more of: {', '.join(RETRIEVAL_SETS)} (default: every set with two of the "
-        "evaluated languages: all for a multilingual model)",
+        help=f"xsim, P@1 and mining sets, one or more of: {', '.join(RETRIEVAL_SETS)}, or aligned text of yours as a "
+        "corpus spec (files:de=PATH:en=PATH, moses:FOLDER, tsv:PATH, hf:ID_OR_FOLDER, as hf-tlaser train --corpora) "
+        "(default: every registered set with two of the evaluated languages)",
+    )
+    parser.add_argument(
+        "--languages",
+        type=_languages,
+        metavar="LANGS",
+        help="evaluated languages, comma-separated codes (default: the paper's five and every language the model was "
+        "trained on, from its config); each set uses the ones it has",
     )
     parser.add_argument("--output-dir", help="where to write (default: MODEL_DIR/eval)")
     parser.add_argument("--data-dir", help="corpora folder (default: $HF_TLASER_DATA, else ../shared/data)")
@@ -277,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
             random_init=args.random_init,
             references=not args.no_references,
             precision=args.precision,
+            languages=args.languages,
         )
     except UsageError as error:
         print(f"hf-tlaser evaluate: error: {error}", file=sys.stderr)

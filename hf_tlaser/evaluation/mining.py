@@ -47,7 +47,7 @@ def mine(
     fwd, bwd = margin_candidates(l2_normalize(src), l2_normalize(tgt), k=k, margin=margin, backend=backend)
     fwd_best, fwd_score = fwd.best()
     bwd_best, bwd_score = bwd.best()
-    src_ids, tgt_ids = np.arange(len(src)), np.arange(len(tgt))
+    src_ids, tgt_ids = np.arange(src.shape[0]), np.arange(tgt.shape[0])
     if retrieval == "fwd":
         pairs = list(zip(fwd_score, src_ids, fwd_best))
     elif retrieval == "bwd":
@@ -84,3 +84,24 @@ def write_bitexts(
             tgt = tgt_texts[j] if tgt_texts is not None else str(j)
             f.write(f"{score:.6f}\t{src}\t{tgt}\n")
     return path
+
+
+def mining_f1(
+    src_emb: Array, tgt_emb: Array, *, k: int = 4, margin: str = "ratio", backend: Backend = "auto"
+) -> dict[str, float]:
+    """Mine (``retrieval="max"``) between two aligned sets whose row i translates row i and score it as BUCC does:
+    precision, recall and F1 (%) of the mined pairs above the score threshold that maximises F1."""
+    pairs = mine(src_emb, tgt_emb, k=k, retrieval="max", margin=margin, backend=backend)
+    if not pairs:
+        return {"f1": 0.0, "precision": 0.0, "recall": 0.0, "threshold": float("nan")}
+    correct = np.cumsum([i == j for _, i, j in pairs])
+    precision = correct / np.arange(1, len(pairs) + 1)
+    recall = correct / as_matrix(src_emb, "src_emb").shape[0]
+    f1 = np.where(correct > 0, 2 * precision * recall / np.maximum(precision + recall, 1e-12), 0.0)
+    best = int(np.argmax(f1))
+    return {
+        "f1": round(100 * float(f1[best]), 2),
+        "precision": round(100 * float(precision[best]), 2),
+        "recall": round(100 * float(recall[best]), 2),
+        "threshold": round(pairs[best][0], 4),
+    }

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,32 +26,49 @@ from .classifier import ClassifierConfig, Split, TransferResult, zero_shot_trans
 from .knn import Backend
 from .lexical import NAME as LEXICAL_NAME
 from .lexical import tfidf_char_embed
+from .mining import mining_f1
 from .plots import plot_embeddings, plot_heatmap, plot_training_curves, plot_transfer_matrix
-from .readers import CLASSIFICATION_SETS, LANGS, RETRIEVAL_SETS, ClassificationData, corpus_folder, read_mldoc
+from .readers import (
+    CLASSIFICATION_LANGS,
+    CLASSIFICATION_SETS,
+    LANGS,
+    RETRIEVAL_SETS,
+    ClassificationData,
+    corpus_folder,
+    is_spec,
+    read_classification_spec,
+    read_mldoc,
+    read_retrieval_spec,
+)
 from .report import about_table, markdown_table, pair_table, summary_table, write_report
 from .retrieval import xsim_matrix
 
 Embed = Callable[..., np.ndarray]
 """``embed(texts) -> (n, dim)``; with a true ``per_language`` attribute ``embed(texts, langs=[lang of each text])``."""
 SUITES = ("retrieval", "sib200", "umsab", "mldoc")
+EVALUATION_LANGS: tuple[str, ...] = tuple(sorted({lang for _, langs in RETRIEVAL_SETS.values() for lang in langs}))
+"""Every language of the registered retrieval sets."""
 DOCUMENT_SETS = ("mldoc",)
 """Classification sets whose texts are documents (embedded with the embedder's ``embed_documents``)."""
 
 
 @dataclass
 class RetrievalResult:
-    """xsim matrices (error %, row = query language, column = searched language) per set and margin."""
+    """xsim matrices (error %, row = query language, column = searched language) per set and margin, and the bitext
+    mining F1 of every language pair of each set (gold: the aligned rows). P@1 is 100 - xsim with the absolute
+    margin (plain nearest neighbour)."""
 
     k: int
     matrices: dict[str, dict[str, tuple[list[str], np.ndarray]]] = field(default_factory=dict)
     sizes: dict[str, int] = field(default_factory=dict)
+    mining: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
 
     def average(self, dataset: str, margin: str) -> float:
         """Mean xsim error over all ordered language pairs."""
         return float(np.nanmean(self.matrices[dataset][margin][1]))
 
     def to_markdown(self) -> str:
-        """One table per set and margin, then a summary table of averages."""
+        """One table per set and margin, the mining F1 per pair, then a summary table of averages."""
         parts = []
         for name, by_margin in self.matrices.items():
             for margin, (langs, matrix) in by_margin.items():
@@ -60,6 +78,11 @@ class RetrievalResult:
                 ]
                 parts.append(f"**{name}** ({self.sizes[name]} sentences), xsim error %, margin={margin}, k={self.k}")
                 parts.append(markdown_table(["query \\ target", *langs], rows))
+                parts.append("")
+            if self.mining.get(name):
+                rows = [[pair, *(m[key] for key in MINING_KEYS)] for pair, m in self.mining[name].items()]
+                parts.append(f"**{name}**: bitext mining (ratio margin, best-F1 threshold), %")
+                parts.append(markdown_table(["pair", *MINING_KEYS], rows))
                 parts.append("")
         margins = list(next(iter(self.matrices.values()), {}))  # every set has the same margins
         rows = [[name, *(self.average(name, m) for m in margins)] for name in self.matrices]
@@ -78,7 +101,19 @@ class RetrievalResult:
                 }
                 for name, by in self.matrices.items()
             },
+            "p_at_1": {
+                name: {
+                    "langs": by["absolute"][0],
+                    "p_at_1": [[None if np.isnan(v) else round(100.0 - v, 2) for v in r] for r in by["absolute"][1]],
+                }
+                for name, by in self.matrices.items()
+                if "absolute" in by
+            },
+            "mining": self.mining,
         }
+
+
+MINING_KEYS = ("f1", "precision", "recall", "threshold")
 
 
 def embed_texts(
@@ -110,9 +145,22 @@ def _split_rows(emb: np.ndarray | sparse.csr_matrix, sizes: Sequence[int]) -> li
 
 
 def _check_retrieval_sets(sets: Sequence[str]) -> None:
-    unknown = [s for s in sets if s not in RETRIEVAL_SETS]
+    unknown = [s for s in sets if s not in RETRIEVAL_SETS and not is_spec(s)]
     if unknown:
-        raise UsageError(f"unknown retrieval set(s) {unknown}; valid: {', '.join(RETRIEVAL_SETS)}")
+        raise UsageError(
+            f"unknown retrieval set(s) {unknown}; valid: {', '.join(RETRIEVAL_SETS)}, or a corpus spec of aligned text "
+            "(files:de=PATH:en=PATH, moses:FOLDER, tsv:PATH, hf:ID_OR_FOLDER; docs/data.md)"
+        )
+
+
+def read_retrieval(name: str, data_dir: str | os.PathLike | None, langs: Sequence[str]) -> dict[str, dict]:
+    """``{set: {lang: lines}}`` of a registered set or a user spec, over its languages of ``langs`` (none when it has
+    fewer than two of them)."""
+    if is_spec(name):
+        return read_retrieval_spec(name, langs)
+    reader, available = RETRIEVAL_SETS[name]
+    here = [lang for lang in langs if lang in available]
+    return {name: reader(data_dir, here)} if len(here) >= 2 else {}
 
 
 def evaluate_retrieval(
@@ -124,48 +172,49 @@ def evaluate_retrieval(
     k: int = 4,
     backend: Backend = "auto",
 ) -> RetrievalResult:
-    """xsim matrices on multi-way sets; each set uses the languages of ``langs`` it has (TICO-19: en/es/fr).
+    """xsim matrices and mining F1 on multi-way sets, registered (NTREX-128: 10 languages, TICO-19: en/es/fr ...) or
+    user specs (aligned files); each set uses the languages of ``langs`` it has.
 
     ``embed`` is called once per set with the sentences of all its languages.
     """
     _check_retrieval_sets(sets)
-    unknown = [lang for lang in langs if lang not in LANGS]
-    if unknown:
-        raise UsageError(f"unknown language(s) {unknown}; valid: {', '.join(LANGS)}")
     result = RetrievalResult(k=k)
     for name in sets:
-        reader, available = RETRIEVAL_SETS[name]
-        here = [lang for lang in langs if lang in available]
-        if len(here) < 2:
-            continue
-        texts = reader(data_dir, here)
-        flat = [(lang, t) for lang, lines in texts.items() for t in lines]
-        emb = embed_texts(embed, [t for _, t in flat], langs=[lang for lang, _ in flat])
-        embs = dict(zip(texts, _split_rows(emb, [len(lines) for lines in texts.values()])))
-        result.sizes[name] = len(texts[here[0]])
-        result.matrices[name] = {m: xsim_matrix(embs, margin=m, k=k, backend=backend) for m in margins}
+        for set_name, texts in read_retrieval(name, data_dir, langs).items():
+            flat = [(lang, t) for lang, lines in texts.items() for t in lines]
+            emb = embed_texts(embed, [t for _, t in flat], langs=[lang for lang, _ in flat])
+            embs = dict(zip(texts, _split_rows(emb, [len(lines) for lines in texts.values()])))
+            result.sizes[set_name] = len(next(iter(texts.values())))
+            result.matrices[set_name] = {m: xsim_matrix(embs, margin=m, k=k, backend=backend) for m in margins}
+            result.mining[set_name] = {
+                f"{a}-{b}": mining_f1(embs[a], embs[b], k=k, backend=backend)
+                for i, a in enumerate(texts)
+                for b in list(texts)[i + 1 :]
+            }
     return result
 
 
 def evaluation_languages(model_langs: Sequence[str]) -> list[str]:
     """The languages of a model with its own language list (cNV) that the suite can evaluate, in the model's order;
     ``UsageError`` unless there are two (a cross-lingual evaluation needs a pair)."""
-    shared = [lang for lang in model_langs if lang in LANGS]
+    shared = [lang for lang in model_langs if lang in EVALUATION_LANGS]
     if len(shared) < 2:
         raise UsageError(
             f"the model's languages ({', '.join(model_langs)}) include {len(shared)} of the evaluation languages "
-            f"({', '.join(LANGS)}); a cross-lingual evaluation needs two of them"
+            f"({', '.join(EVALUATION_LANGS)}); a cross-lingual evaluation needs two of them"
         )
     return shared
 
 
 def retrieval_sets_for(langs: Sequence[str], sets: Sequence[str] | None = None) -> tuple[str, ...]:
-    """The retrieval ``sets`` (None: every set) that have at least two of ``langs``; a named set with fewer is a
-    ``UsageError``."""
+    """The retrieval ``sets`` (None: every registered set) that have at least two of ``langs``; a named registered
+    set with fewer is a ``UsageError`` (a user spec is checked when read)."""
     if sets is None:
         return tuple(name for name, (_, have) in RETRIEVAL_SETS.items() if len(set(langs) & set(have)) >= 2)
     _check_retrieval_sets(sets)
     for name in sets:
+        if is_spec(name):
+            continue
         have = RETRIEVAL_SETS[name][1]
         if len(set(langs) & set(have)) < 2:
             raise UsageError(
@@ -178,12 +227,21 @@ def retrieval_sets_for(langs: Sequence[str], sets: Sequence[str] | None = None) 
 def read_classification(
     dataset: str, data_dir: str | os.PathLike | None = None, langs: Sequence[str] = LANGS
 ) -> ClassificationData:
-    """``sib200`` / ``umsab`` from the data folder, ``mldoc`` from ``<data_dir>/mldoc`` (not shipped)."""
+    """``sib200`` / ``umsab`` from the data folder, ``mldoc`` from ``<data_dir>/mldoc`` (not shipped), or a user
+    dataset spec (``hf:...``, ``read_classification_spec``); each over its languages of ``langs``."""
+    if is_spec(dataset):
+        return read_classification_spec(dataset, langs)
+    if dataset not in CLASSIFICATION_LANGS:
+        raise UsageError(
+            f"unknown dataset {dataset!r}; valid: {', '.join([*CLASSIFICATION_SETS, 'mldoc'])}, or a user dataset "
+            "hf:FOLDER_OR_ID[:text=COL][:label=COL][:language=COL]"
+        )
+    here = [lang for lang in langs if lang in CLASSIFICATION_LANGS[dataset]]
+    if not here:
+        raise UsageError(f"{dataset} has {', '.join(CLASSIFICATION_LANGS[dataset])}: none of {', '.join(langs)}")
     if dataset == "mldoc":
-        return read_mldoc(corpus_folder(data_dir, "mldoc"), langs)
-    if dataset not in CLASSIFICATION_SETS:
-        raise UsageError(f"unknown dataset {dataset!r}; valid: {', '.join([*CLASSIFICATION_SETS, 'mldoc'])}")
-    return CLASSIFICATION_SETS[dataset](data_dir, langs)
+        return read_mldoc(corpus_folder(data_dir, "mldoc"), here)
+    return CLASSIFICATION_SETS[dataset](data_dir, here)
 
 
 def embed_classification(
@@ -257,6 +315,11 @@ def lexical_reference(svd_dim: int = 512) -> Reference:
     )
 
 
+def file_name(name: str) -> str:
+    """A set name (a user spec may hold ``/`` and ``:``) as a file-name part."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_")
+
+
 def run_suite(
     embed: Embed,
     output_dir: str | os.PathLike,
@@ -281,9 +344,9 @@ def run_suite(
     ``projection`` (``tsne``/``pca``/None) plots the test embeddings of each classification set by language and
     class. ``trainer_state`` adds training curves from a Trainer ``trainer_state.json``.
     """
-    unknown = [s for s in suites if s not in SUITES]
+    unknown = [s for s in suites if s not in SUITES and not is_spec(s)]
     if unknown:
-        raise UsageError(f"unknown suite(s) {unknown}; valid: {', '.join(SUITES)}")
+        raise UsageError(f"unknown suite(s) {unknown}; valid: {', '.join(SUITES)}, or a user dataset hf:...")
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     references = dict(references or {})
@@ -305,7 +368,7 @@ def run_suite(
                         matrix,
                         set_langs,
                         set_langs,
-                        out / f"xsim_{name}_{margin}.png",
+                        out / f"xsim_{file_name(name)}_{margin}.png",
                         f"{name} xsim error % ({margin})",
                         "target",
                         "query",
@@ -323,13 +386,15 @@ def run_suite(
             ref_embedded, _ = embed_classification(reference.embed_for(suite), data, documents)
             ref_transfer = zero_shot_transfer(ref_embedded, seeds=seeds, config=config, label_names=names)
             ref_results[name][suite] = ref_transfer.to_dict()
-        png = plot_transfer_matrix(transfer, out / f"transfer_{suite}.png", majority=majority)
+        png = plot_transfer_matrix(transfer, out / f"transfer_{file_name(suite)}.png", majority=majority)
         plots.append((f"{suite} transfer matrix", png))
         if projection is not None:
             emb = np.concatenate([embedded[lang]["test"][0] for lang in embedded])
             lang_tags = [lang for lang in embedded for _ in embedded[lang]["test"][1]]
             classes = [names[i] for lang in embedded for i in embedded[lang]["test"][1]]
-            png = plot_embeddings(emb, lang_tags, out / f"embeddings_{suite}.png", classes, projection, suite)
+            png = plot_embeddings(
+                emb, lang_tags, out / f"embeddings_{file_name(suite)}.png", classes, projection, suite
+            )
             plots.append((f"{suite} test embeddings", png))
     if references:
         results["references"] = {

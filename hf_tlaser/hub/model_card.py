@@ -14,7 +14,8 @@ from string import Template
 from huggingface_hub import EvalResult, ModelCardData
 
 from hf_tlaser import __version__
-from hf_tlaser.encoding import model_languages
+from hf_tlaser.data.sources import split_specs
+from hf_tlaser.encoding import model_languages, trained_languages
 from hf_tlaser.evaluation.provenance import (
     model_name,
     parameter_counts,
@@ -163,8 +164,9 @@ def _checkpoint_parameters(model_dir: Path) -> tuple[int, int] | None:
 
 
 def _corpora(train: dict | None) -> list[str]:
-    """Training corpus names recorded by ``hf-tlaser train`` (its comma-separated ``--corpora``)."""
-    return [c for c in str(((train or {}).get("args") or {}).get("corpora") or "").split(",") if c]
+    """Training corpora recorded by ``hf-tlaser train`` (the resolved specs, else its ``--corpora``)."""
+    recorded = ((train or {}).get("data") or {}).get("corpora")
+    return list(recorded) if recorded else split_specs(((train or {}).get("args") or {}).get("corpora") or "")
 
 
 def _lowercases(model_dir: Path) -> bool:
@@ -239,7 +241,7 @@ def _ldt_details(config: dict, model_dir: Path) -> str:
             f"joint BPE, {config['vocab_size']} tokens" + (", lowercased" if _lowercases(model_dir) else ""),
         ],
         ["Maximum input length", f"{config.get('max_position_embeddings')} tokens (incl. STR_TAG and </s>)"],
-        ["Languages", ", ".join(config.get("languages") or [])],
+        ["Languages", ", ".join(trained_languages(config))],
     ]
     counts = _checkpoint_parameters(model_dir)
     if counts:
@@ -273,7 +275,7 @@ def _yu2018_details(config: dict, model_dir: Path) -> str:
             f"joint BPE, {config['vocab_size']} tokens" + (", lowercased" if _lowercases(model_dir) else ""),
         ],
         ["Maximum input length", f"{config.get('max_position_embeddings')} tokens (incl. STR_TAG and </s>)"],
-        ["Languages", ", ".join(config.get("languages") or [])],
+        ["Languages", ", ".join(trained_languages(config))],
     ]
     counts = _checkpoint_parameters(model_dir)
     if counts:
@@ -317,7 +319,7 @@ def _details(config: dict, model_dir: Path) -> str:
             f"joint BPE, {config['vocab_size']} tokens" + (", lowercased" if _lowercases(model_dir) else ""),
         ],
         ["Maximum input length", f"{config.get('max_position_embeddings')} tokens (incl. STR_TAG and </s>)"],
-        ["Languages", ", ".join(config.get("languages") or [])],
+        ["Languages", ", ".join(trained_languages(config))],
     ]
     counts = _checkpoint_parameters(model_dir)
     if counts:
@@ -344,7 +346,7 @@ def _training(train: dict | None, state: dict | None) -> str:
         parts.append("")
     rows = [
         ["preset", train.get("preset")],
-        ["language pairs (curriculum)", args.get("pairs")],
+        ["language pairs (curriculum)", ",".join((train.get("data") or {}).get("pairs") or []) or args.get("pairs")],
         ["optimizer updates", (state or {}).get("global_step", args.get("max_steps"))],
         ["learning rate (inverse sqrt)", recipe.get("learning_rate")],
         ["warm-up updates", recipe.get("warmup_updates")],
@@ -389,7 +391,7 @@ def _evaluation(results: dict | None) -> str:
 
 
 def _limitations(config: dict, train: dict | None) -> str:
-    languages = ", ".join(config.get("languages") or [])
+    languages = ", ".join(trained_languages(config))
     if model_languages(config) is not None:
         items = [
             f"Embeds {languages} only, each through its own encoder: `lang` must be one of them.",
@@ -446,7 +448,7 @@ def render_model_card(
     evaluation = load_results(folder, results)
     repo_id = repo_id or f"your-username/{folder.resolve().name}"
     name = model_name(config)
-    languages = list(config.get("languages") or [])
+    languages = trained_languages(config)
     corpora = _corpora(train)
     if per_language:
         tags = ["feature-extraction", "sentence-similarity", "cnv", "bilingual", "translation-encoders"]

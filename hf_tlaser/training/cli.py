@@ -19,6 +19,7 @@ import os
 import shutil
 import sys
 import zipfile
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -29,26 +30,42 @@ from transformers import AutoTokenizer, PretrainedConfig, PreTrainedTokenizerBas
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
 from hf_tlaser.data import (
+    DEFAULT_PAIRS,
+    DEFAULT_PIVOTS,
     DEFAULT_TRAIN_CORPORA,
-    LANGUAGES,
     REGISTRY,
+    SPEC_HELP,
     CleaningConfig,
     MultiwayBatchSampler,
+    Pair,
     PairBatchSampler,
     ParallelExamples,
+    Source,
     TranslationCollator,
-    check_corpora,
-    corpus_texts,
-    get_data_dir,
+    corpus_languages,
+    corpus_sentences,
+    curriculum_pairs,
+    decoder_languages,
     load_corpora,
+    parse_languages,
     parse_pairs,
+    resolve_corpora,
     sentence_lengths,
 )
+from hf_tlaser.data.sources import stream_source
+from hf_tlaser.data.streaming import StreamingPairBatches, stream_sentences
 from hf_tlaser.errors import UsageError
 from hf_tlaser.hardware import PRECISIONS, PrecisionChoice, configure_threads, resolve_precision
-from hf_tlaser.tokenization import save_tokenizer, train_tokenizer
+from hf_tlaser.tokenization import (
+    TOKEN_REPORT,
+    LanguageSample,
+    language_token_report,
+    save_tokenizer,
+    train_tokenizer,
+    write_token_report,
+)
 from hf_tlaser.training.presets import MODELS, SIZES, Preset, Recipe, get_preset
-from hf_tlaser.training.trainer import LaserTrainer, TimeBudgetCallback
+from hf_tlaser.training.trainer import STREAM_STATE, LaserTrainer, StreamStateCallback, TimeBudgetCallback
 
 logger = logging.getLogger("hf_tlaser.train")
 
@@ -81,9 +98,12 @@ RUN_FILES = (
     "tokenizer_config.json",
     "special_tokens_map.json",
     "chat_template.jinja",
+    TOKEN_REPORT,
 )
 """Files a run writes into its output dir besides ``checkpoint-*`` folders and those listed under ``outputs`` in its
 record (what ``--overwrite`` may remove)."""
+STREAM_TOKENIZER_SENTENCES = 200_000
+"""``--streaming`` without ``--max-lines``: sentences per language the joint BPE is trained on (the first ones)."""
 SPECIAL_TOKEN_IDS = {"pad_token_id": "pad_token", "eos_token_id": "eos_token", "cls_token_id": "cls_token"}
 """Config fields that must match the tokenizer (``unk_token_id`` too where the tokenizer has one)."""
 
@@ -120,14 +140,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", choices=MODELS, default="ctlaser")
     p.add_argument("--preset", choices=SIZES, default="tiny")
     p.add_argument(
-        "--pairs",
-        default="de-en,de-es,en-es,es-en,fr-en,fr-es,it-en,it-es",
-        help=f"curriculum pairs src-tgt, comma-separated, over the languages {','.join(LANGUAGES)}",
-    )
-    p.add_argument(
         "--corpora",
         default=",".join(DEFAULT_TRAIN_CORPORA),
-        help=f"comma-separated registered corpora, of {','.join(REGISTRY)}",
+        help=f"comma-separated corpus specs (or a YAML list), each one of: {SPEC_HELP}; registered: "
+        f"{','.join(REGISTRY)} (docs/data.md)",
+    )
+    p.add_argument(
+        "--pivots",
+        default=",".join(DEFAULT_PIVOTS),
+        help="pivot (target) languages of the default curriculum; language codes are ISO 639-1/3, with an optional "
+        "script: zh_Hans",
+    )
+    p.add_argument(
+        "--pairs",
+        default=None,
+        help="curriculum pairs src-tgt, comma-separated (default: every language of the corpora toward every pivot, "
+        "the pivots toward each other; the default corpora and pivots give the paper's "
+        + ",".join("-".join(pair) for pair in DEFAULT_PAIRS)
+        + ")",
+    )
+    p.add_argument(
+        "--streaming",
+        action="store_true",
+        help="read the corpora as streams (datasets.IterableDataset): flat memory for corpora of any size, pair "
+        "batching only, no English pivot join (docs/data.md)",
+    )
+    p.add_argument(
+        "--shuffle-buffer",
+        type=int,
+        default=10_000,
+        help="--streaming: groups per pair read, cleaned, sorted and packed at once (the shuffle buffer)",
     )
     p.add_argument("--data-dir", default=None, help="corpora folder (default: $HF_TLASER_DATA or ../shared/data)")
     p.add_argument("--tokenizer", default=None, help="existing tokenizer folder (default: train a joint BPE)")
@@ -366,6 +408,12 @@ def check_resume(checkpoint: Path, args: argparse.Namespace) -> None:
             f"--resume {checkpoint}: this command asks for {' '.join(asked)}, but {run_dir} was trained with "
             f"--model {saved['model']} --preset {saved['preset']}; use those, or start a new run with --overwrite"
         )
+    if bool(saved.get("streaming")) != bool(getattr(args, "streaming", False)):
+        was = "with" if saved.get("streaming") else "without"
+        raise UsageError(
+            f"--resume {checkpoint}: {run_dir} was trained {was} --streaming; resume the same way (the data order of "
+            "the two paths differs)"
+        )
 
 
 def check_resume_config(checkpoint: Path, config: PretrainedConfig) -> None:
@@ -426,12 +474,69 @@ def _resume_tokenizer(checkpoint: Path) -> Path:
     raise UsageError(f"--resume {checkpoint}: no tokenizer.json in {checkpoint} or {checkpoint.parent}")
 
 
-def check_corpora_flag(spec: str) -> list[str]:
-    """``--corpora a,b`` -> registered names; UsageError listing the known corpora."""
+def check_corpora_flag(spec: str | list[str], data_dir: str | None = None) -> list[Source]:
+    """``--corpora`` -> its Sources, checked without reading text; UsageError prefixed with the flag."""
     try:
-        return check_corpora([name for name in spec.split(",") if name])
+        return resolve_corpora(spec, data_dir)
     except UsageError as err:
         raise _flag_error("--corpora", err) from None
+
+
+@dataclass
+class DataPlan:
+    """What ``--corpora``, ``--pivots`` and ``--pairs`` ask for, checked before any text is read."""
+
+    sources: list[Source]
+    pivots: list[str]
+    pairs: list[Pair]
+
+    @property
+    def languages(self) -> list[str]:
+        """The languages of the curriculum (the columns read, what the BPE covers)."""
+        return sorted({lang for pair in self.pairs for lang in pair})
+
+    def describe(self) -> str:
+        return f"--corpora {','.join(s.spec for s in self.sources)} --pairs {','.join('-'.join(p) for p in self.pairs)}"
+
+
+def plan_data(args: argparse.Namespace) -> DataPlan:
+    """The checked corpora, pivots and curriculum pairs of the command line (``--pairs``, else the paper's pattern
+    over the corpora's languages); UsageError naming the flag for a malformed spec or code, a missing file, a pivot
+    or a ``--pairs`` language that no corpus has."""
+    try:
+        pivots = parse_languages(args.pivots, "pivot")
+    except ValueError as err:
+        raise _flag_error("--pivots", err) from None
+    explicit = None
+    if args.pairs:
+        try:
+            explicit = parse_pairs(args.pairs)
+        except ValueError as err:
+            raise _flag_error("--pairs", err) from None
+    sources = check_corpora_flag(args.corpora, args.data_dir)
+    try:
+        available = corpus_languages(sources)
+    except UsageError as err:
+        raise _flag_error("--corpora", err) from None
+    names = ", ".join(source.spec for source in sources)
+    if explicit is not None:
+        for lang in sorted({lang for pair in explicit for lang in pair}):
+            if lang not in available:
+                raise UsageError(
+                    f"--pairs {args.pairs}: no corpus has {lang!r} text (the corpora {names} have "
+                    f"{', '.join(available)}); add a corpus with {lang} to --corpora (e.g. moses:FOLDER or hf:ID) or "
+                    "drop the pair"
+                )
+        return DataPlan(sources, pivots, explicit)
+    for pivot in pivots:
+        if pivot not in available:
+            raise UsageError(
+                f"--pivots {args.pivots}: {pivot!r} is not in the data (the corpora {names} have "
+                f"{', '.join(available)}); choose pivots among them, or give --pairs"
+            )
+    if len(available) < 2:
+        raise UsageError(f"--corpora {names}: one language ({', '.join(available)}); parallel text needs two")
+    return DataPlan(sources, pivots, curriculum_pairs(available, pivots))
 
 
 def _model_config(preset: Preset, tokenizer: PreTrainedTokenizerBase, source: str, overrides: dict) -> PretrainedConfig:
@@ -497,6 +602,16 @@ def write_record(out: Path, record: dict) -> None:
     (out / RECORD).write_text(json.dumps(record, indent=2, default=str))
 
 
+def rank_batching(recipe: Recipe, training_args: TrainingArguments) -> dict:
+    """Set the micro-batches per update and process that reach the recipe's ``update_tokens``; return the options
+    every curriculum (sampler or stream) takes: this rank, the world size, the seed and the sentence cap."""
+    world = training_args.world_size
+    training_args.gradient_accumulation_steps = max(1, round(recipe.update_tokens / (recipe.max_tokens * world)))
+    return dict(
+        seed=training_args.seed, max_sentences=recipe.max_sentences, rank=training_args.process_index, world_size=world
+    )
+
+
 def plan_batches(
     lengths: dict,
     recipe: Recipe,
@@ -507,20 +622,78 @@ def plan_batches(
 ):
     """This rank's curriculum batch sampler for ``recipe``, after setting the micro-batches per update and process
     that reach its ``update_tokens``; UsageError naming ``source`` when the corpora give no batch."""
-    world = training_args.world_size
-    training_args.gradient_accumulation_steps = max(1, round(recipe.update_tokens / (recipe.max_tokens * world)))
+    options = rank_batching(recipe, training_args)
     try:
-        return sampler_class(
-            lengths,
-            int(recipe.max_tokens),
-            pairs,
-            seed=training_args.seed,
-            max_sentences=recipe.max_sentences,
-            rank=training_args.process_index,
-            world_size=world,
-        )
+        return sampler_class(lengths, int(recipe.max_tokens), pairs, **options)
     except ValueError as err:
         raise UsageError(f"no training batches from {source}: {err}") from None
+
+
+def plan_stream(
+    plan: DataPlan,
+    tokenizer: PreTrainedTokenizerBase,
+    recipe: Recipe,
+    training_args: TrainingArguments,
+    args: argparse.Namespace,
+    checkpoint: Path | None,
+) -> StreamingPairBatches:
+    """``--streaming``: this rank's stream of micro-batches (continued from ``checkpoint``'s stream state), after
+    setting the accumulation as ``plan_batches`` does."""
+    options = rank_batching(recipe, training_args)
+    streams = [item for source in plan.sources for item in stream_source(source, recipe.max_lines)]
+    cleaning = CleaningConfig(max_tokens=recipe.max_sentence_tokens - 2)
+    try:
+        stream = StreamingPairBatches(
+            streams, plan.pairs, tokenizer, int(recipe.max_tokens), cleaning=cleaning, buffer_size=args.shuffle_buffer,
+            **options,
+        )  # fmt: skip
+    except ValueError as err:
+        raise UsageError(f"no training batches from {plan.describe()}: {err}") from None
+    if checkpoint is not None:
+        saved = checkpoint / STREAM_STATE.format(rank=training_args.process_index)
+        state = json.loads(saved.read_text(encoding="utf-8")) if saved.is_file() else None
+        if state is None or state["world_size"] != training_args.world_size:
+            logger.warning(
+                "--resume %s: %s; the streams start again from the beginning of the corpora (the data order is not "
+                "the uninterrupted run's)",
+                checkpoint,
+                f"no {saved.name}"
+                if state is None
+                else f"its streams were split between {state['world_size']} processes, not {training_args.world_size}",
+            )
+        else:
+            stream.load_state(state)
+            logger.info("--resume: the streams continue at micro-batch %d of this rank", state["batches"])
+    return stream
+
+
+def tokenizer_texts(plan: DataPlan, data_dir: str | None, recipe: Recipe, streaming: bool) -> Iterator[tuple]:
+    """``(language, sentence)`` for the joint BPE: at most ``max_lines`` sentences per language (streaming: at most
+    STREAM_TOKENIZER_SENTENCES when the recipe reads everything)."""
+    if not streaming:
+        return corpus_sentences(plan.sources, data_dir, plan.languages, max_sentences=recipe.max_lines)
+    cap = recipe.max_lines or STREAM_TOKENIZER_SENTENCES
+    streams = [item for source in plan.sources for item in stream_source(source, recipe.max_lines)]
+    return stream_sentences(streams, plan.languages, cap)
+
+
+def model_languages_for(preset: Preset, pairs: list[Pair], overrides: dict) -> list[str]:
+    """``config.languages`` for the curriculum: the rows of the model's language table (the targets of ``pairs``,
+    and their sources for a model that also translates back, Yu 2018), or every curriculum language for a model
+    without one (LDT)."""
+    with torch.device("meta"):  # a probe: which tables and inputs the architecture has, no weights allocated
+        probe = preset.model_class(preset.make_config(1000, **overrides))
+    if not any(name.endswith("embed_langs") for name, _ in probe.named_modules()):
+        return decoder_languages(pairs, with_sources=True)
+    return decoder_languages(pairs, with_sources=getattr(probe, "needs_source_language", False))
+
+
+def _resumed_languages(checkpoint: Path, needed: list[str]) -> list[str] | None:
+    """The checkpoint's ``config.languages`` when it holds every language the curriculum needs (a run saved before
+    the table followed the pivots keeps its table), else None."""
+    path = checkpoint / "config.json"
+    saved = json.loads(path.read_text(encoding="utf-8")).get("languages") if path.is_file() else None
+    return list(saved) if saved and set(needed) <= set(saved) else None
 
 
 def train(args: argparse.Namespace) -> LaserTrainer:
@@ -539,25 +712,36 @@ def train(args: argparse.Namespace) -> LaserTrainer:
     recipe = _recipe(args, preset)
     if recipe.batching == "multiway" and not getattr(preset.model_class, "supports_multiway", True):
         raise UsageError(f"--batching multiway: --model {args.model} trains on bilingual batches only (use pair)")
+    if args.streaming and recipe.batching != "pair":
+        raise UsageError(
+            "--streaming trains with --batching pair: multi-way batching assigns every group by the rarest pair of "
+            "the whole corpus"
+        )
     checkpoint = check_output_dir(args)
     if checkpoint is not None:
         check_resume(checkpoint, args)
         step = check_checkpoint(checkpoint)
-    try:
-        pairs = parse_pairs(args.pairs)
-    except ValueError as err:
-        raise _flag_error("--pairs", err) from None
-    languages = sorted({lang for pair in pairs for lang in pair})
-    corpora = check_corpora_flag(args.corpora)
     overrides = config_overrides(args.set, preset.config_class)
     try:
-        config = preset.make_config(recipe.vocab_size, **overrides)  # vocab size and special ids follow below
+        preset.make_config(recipe.vocab_size, **overrides)
     except ValueError as err:
         raise UsageError(f"model config ({preset.name} with --set {args.set}): {err}") from None
-    unknown = sorted(set(languages) - set(config.languages))
-    if unknown:
-        raise UsageError(f"--pairs uses languages {unknown} that the model config does not know ({config.languages})")
-    data_dir = get_data_dir(args.data_dir)
+    plan = plan_data(args)
+    languages = plan.languages
+    evaluation = [source.spec for source in plan.sources if source.evaluation]
+    if evaluation:
+        logger.warning(
+            "--corpora %s: evaluation corpora (retrieval sets of hf-tlaser evaluate); their scores will not measure "
+            "generalisation",
+            ", ".join(evaluation),
+        )
+    needed = model_languages_for(preset, plan.pairs, overrides)
+    table = overrides.get("languages") or (checkpoint and _resumed_languages(checkpoint, needed)) or needed
+    missing = sorted(set(needed) - set(table))
+    if missing:
+        raise UsageError(f"--set languages={table} lacks {missing}, which the curriculum {plan.describe()} needs")
+    overrides = {**overrides, "languages": list(table), "training_languages": languages}
+    config = preset.make_config(recipe.vocab_size, **overrides)  # vocab size and special ids follow below
     if checkpoint is not None:
         tokenizer_source = _resume_tokenizer(checkpoint)
         logger.info(
@@ -581,37 +765,52 @@ def train(args: argparse.Namespace) -> LaserTrainer:
     out = Path(args.output_dir)
     # under a launcher this joins the process group: every rank has passed the checks above
     training_args, main_process, present = open_output_dir(run, out, recipe, args)
+    logger.info(
+        "languages %s; pivots %s; %d curriculum pairs: %s",
+        languages,
+        plan.pivots,
+        len(plan.pairs),
+        ",".join("-".join(pair) for pair in plan.pairs),
+    )
 
+    token_report = None
     if tokenizer is None:
-        logger.info("training a %d-token joint BPE on %s", recipe.vocab_size, corpora)
-        texts = corpus_texts(corpora, data_dir, languages, max_sentences=recipe.max_lines)
+        logger.info("training a %d-token joint BPE on %s (%s)", recipe.vocab_size, plan.describe(), languages)
+        sample = LanguageSample()
+        texts = sample.watch(tokenizer_texts(plan, args.data_dir, recipe, args.streaming))
         tokenizer = train_tokenizer(vocab_size=recipe.vocab_size, texts=texts)
+        token_report = language_token_report(tokenizer, sample)
         config = _model_config(preset, tokenizer, "the trained BPE", overrides)
 
-    cleaning = CleaningConfig(max_tokens=recipe.max_sentence_tokens - 2)
-    dataset = load_corpora(
-        corpora, data_dir, languages, cleaning=cleaning, tokenizer=tokenizer, max_lines=recipe.max_lines
-    )
-    lengths = sentence_lengths(dataset, tokenizer, languages)
-    sampler_class = MultiwayBatchSampler if recipe.batching == "multiway" else PairBatchSampler
-    source = f"--corpora {args.corpora} --pairs {args.pairs}"
-    sampler = plan_batches(lengths, recipe, pairs, training_args, source, sampler_class)
+    if args.streaming:
+        dataset = plan_stream(plan, tokenizer, recipe, training_args, args, checkpoint)
+        sampler, groups = None, "streamed"
+        training_args.ignore_data_skip = True  # the stream state continues the data, not a replay
+    else:
+        cleaning = CleaningConfig(max_tokens=recipe.max_sentence_tokens - 2)
+        corpus = load_corpora(
+            plan.sources, args.data_dir, languages, cleaning=cleaning, tokenizer=tokenizer, max_lines=recipe.max_lines
+        )
+        lengths = sentence_lengths(corpus, tokenizer, languages)
+        sampler_class = MultiwayBatchSampler if recipe.batching == "multiway" else PairBatchSampler
+        sampler = plan_batches(lengths, recipe, plan.pairs, training_args, plan.describe(), sampler_class)
+        dataset, groups = ParallelExamples(corpus, languages), f"{len(corpus)} groups"
     model = preset.model_class(config)
     collator = TranslationCollator(
         tokenizer,
         config.languages,
         with_target_encoding=model.needs_target_encoding,
-        pairs=pairs,
+        pairs=plan.pairs,
         max_length=None,
         with_source_language=getattr(model, "needs_source_language", False),
     )
     logger.info(
-        "%s: %.1fM parameters, %d groups, %d micro-batches/epoch/rank, accumulation %d, batching=%s, languages %s; "
+        "%s: %.1fM parameters, %s, %s micro-batches/epoch/rank, accumulation %d, batching=%s, language table %s; "
         "training %d updates",
         preset.name,
         sum(p.numel() for p in model.parameters()) / 1e6,
-        len(dataset),
-        len(sampler),
+        groups,
+        "endless (streaming)" if sampler is None else len(sampler),
         training_args.gradient_accumulation_steps,
         recipe.batching,
         config.languages,
@@ -619,16 +818,28 @@ def train(args: argparse.Namespace) -> LaserTrainer:
     )
     if main_process:  # the first files of the run: a mistake found above leaves the output dir as it was
         save_tokenizer(tokenizer, out)
+        if token_report is not None:
+            write_token_report(token_report, out)
         record = new_record(args, recipe, preset, run)
+        record["data"] = {
+            "corpora": [source.spec for source in plan.sources],
+            "languages": languages,
+            "pivots": plan.pivots,
+            "pairs": ["-".join(pair) for pair in plan.pairs],
+            "streaming": args.streaming,
+        }
         write_record(out, record)
+    callbacks = [TimeBudgetCallback(args.max_minutes)] if args.max_minutes else []
+    if args.streaming:
+        callbacks.append(StreamStateCallback(dataset))
     trainer = LaserTrainer(
         model=model,
         args=training_args,
-        train_dataset=ParallelExamples(dataset, config.languages),
+        train_dataset=dataset,
         data_collator=collator,
         batch_sampler=sampler,
         warmup_init_lr=recipe.warmup_init_lr,
-        callbacks=[TimeBudgetCallback(args.max_minutes)] if args.max_minutes else None,
+        callbacks=callbacks or None,
     )
     return fit_and_save(trainer, checkpoint, record if main_process else None, present, tokenizer)
 

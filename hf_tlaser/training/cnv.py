@@ -30,7 +30,7 @@ from transformers import (
 )
 from transformers.trainer_utils import get_last_checkpoint
 
-from hf_tlaser.data import ParallelExamples, get_data_dir, parse_pairs, sentence_lengths
+from hf_tlaser.data import ParallelExamples, Source, parse_pairs, sentence_lengths
 from hf_tlaser.data.collator import CNVCollator
 from hf_tlaser.errors import UsageError
 from hf_tlaser.models.cnv import CNVConfig, CNVModel
@@ -42,7 +42,6 @@ from hf_tlaser.training.cli import (
     _recipe,
     _recorded_outputs,
     check_checkpoint,
-    check_corpora_flag,
     check_output_dir,
     check_resume,
     check_resume_config,
@@ -51,6 +50,7 @@ from hf_tlaser.training.cli import (
     new_record,
     open_output_dir,
     plan_batches,
+    plan_data,
     write_record,
 )
 from hf_tlaser.training.nmt_pair import (
@@ -79,7 +79,7 @@ class CNVPlan:
     """What the checked command line asks for."""
 
     pair: tuple[str, str]
-    corpora: list[str]
+    corpora: list[Source]
     cnv_kwargs: dict
     nmt: NMTPreset
     nmt_pair: tuple[str, str] | None = None
@@ -122,6 +122,10 @@ def _split_set(items: list[str]) -> tuple[list[str], list[str]]:
 
 def check_cnv_args(args: argparse.Namespace, recipe: Recipe) -> CNVPlan:
     """The cheap checks of a cNV command line (before any file is read); UsageError on a mistake."""
+    if not args.pairs:
+        raise UsageError("--model cnv takes one language pair a-b (its NMT pair a->b and b->a): give --pairs a-b")
+    if getattr(args, "streaming", False):
+        raise UsageError("--streaming is not available for --model cnv (its two stages read the corpora in memory)")
     try:
         pairs = parse_pairs(args.pairs)
     except ValueError as err:
@@ -164,7 +168,7 @@ def check_cnv_args(args: argparse.Namespace, recipe: Recipe) -> CNVPlan:
     if nmt_pair:
         for source in nmt_pair:
             check_nmt_source(source)
-    return CNVPlan(pairs[0], check_corpora_flag(args.corpora), cnv_kwargs, nmt, nmt_pair, nmt_set)
+    return CNVPlan(pairs[0], plan_data(args).sources, cnv_kwargs, nmt, nmt_pair, nmt_set)
 
 
 def _saved_record(out: Path) -> dict | None:
@@ -232,7 +236,7 @@ def train_cnv(args: argparse.Namespace) -> LaserTrainer:
     if checkpoint is not None:
         step = check_checkpoint(checkpoint)
         logger.info("resuming stage 2 from %s (step %d)", checkpoint, step)
-    data_dir = get_data_dir(args.data_dir)
+    data_dir = args.data_dir
     a, b = plan.pair
     out = Path(args.output_dir)
     folders = {direction: out / nmt_folder(*direction) for direction in ((a, b), (b, a))}

@@ -36,9 +36,10 @@ from hf_tlaser.data import (
     DEFAULT_TRAIN_CORPORA,
     CleaningConfig,
     ParallelExamples,
+    Source,
     corpus_texts,
     load_corpora,
-    load_corpus,
+    resolve_corpora,
     sentence_lengths,
 )
 from hf_tlaser.data.collator import IGNORE_INDEX, Seq2SeqCollator
@@ -156,41 +157,36 @@ class NMTResult:
 
 
 def pair_corpora(
-    pair: Sequence[str], corpora: Sequence[str] = DEFAULT_TRAIN_CORPORA, data_dir: str | os.PathLike | None = None
-) -> list[str]:
-    """The names of ``corpora`` that hold text of both languages of ``pair`` (the others are logged); UsageError if
-    none does."""
+    pair: Sequence[str],
+    corpora: str | Sequence[str | Source] = DEFAULT_TRAIN_CORPORA,
+    data_dir: str | os.PathLike | None = None,
+) -> list[Source]:
+    """The corpora (specs or Sources) with a file set that holds both languages of ``pair`` (the others are logged);
+    UsageError if none does."""
     kept = []
-    corpora_logger = logging.getLogger(load_corpus.__module__)
-    level = corpora_logger.level
-    corpora_logger.setLevel(logging.WARNING)  # the one-line probe's "--max-lines 1 cut ..." is noise
-    try:
-        for name in corpora:
-            try:
-                load_corpus(name, data_dir, list(pair), max_lines=1)
-            except UsageError:
-                raise
-            except ValueError:
-                logger.info("skipping %s: no %s text", name, "-".join(pair))
-                continue
-            kept.append(name)
-    finally:
-        corpora_logger.setLevel(level)
+    sources = resolve_corpora(corpora, data_dir)
+    for source in sources:
+        if any(set(pair) <= set(part.languages) for part in source.parts):
+            kept.append(source)
+        else:
+            logger.info("skipping %s: no %s text", source.spec, "-".join(pair))
     if not kept:
-        raise UsageError(f"none of the corpora {', '.join(corpora)} has {'-'.join(pair)} text")
+        raise UsageError(f"none of the corpora {', '.join(s.spec for s in sources)} has {'-'.join(pair)} text")
     return kept
 
 
 def train_marian_bpe(
     pair: Sequence[str],
-    corpora: Sequence[str] = DEFAULT_TRAIN_CORPORA,
+    corpora: str | Sequence[str | Source] = DEFAULT_TRAIN_CORPORA,
     data_dir: str | os.PathLike | None = None,
     vocab_size: int = 8000,
     max_lines: int | None = None,
 ) -> PreTrainedTokenizerBase:
     """The joint Marian-format BPE over the two languages of ``pair`` in ``corpora`` (``pair_corpora``)."""
-    logger.info("training a %d-token joint Marian BPE on %s (%s)", vocab_size, corpora, "-".join(pair))
-    texts = corpus_texts(pair_corpora(pair, corpora, data_dir), data_dir, list(pair), max_sentences=max_lines)
+    kept = pair_corpora(pair, corpora, data_dir)
+    names = ", ".join(source.spec for source in kept)
+    logger.info("training a %d-token joint Marian BPE on %s (%s)", vocab_size, names, "-".join(pair))
+    texts = corpus_texts(kept, data_dir, list(pair), max_sentences=max_lines)
     return train_tokenizer(texts=texts, vocab_size=vocab_size, style="marian", show_progress=False)
 
 
@@ -198,7 +194,7 @@ def load_pair_corpora(
     pair: Sequence[str],
     tokenizer: PreTrainedTokenizerBase,
     recipe: Recipe,
-    corpora: Sequence[str] = DEFAULT_TRAIN_CORPORA,
+    corpora: str | Sequence[str | Source] = DEFAULT_TRAIN_CORPORA,
     data_dir: str | os.PathLike | None = None,
 ) -> datasets.Dataset:
     """The cleaned groups of ``corpora`` that hold the pair's languages; sentences of more than
@@ -293,7 +289,7 @@ def train_nmt_pair(
     output_dir: str | os.PathLike,
     preset: str | NMTPreset = "tiny",
     *,
-    corpora: Sequence[str] = DEFAULT_TRAIN_CORPORA,
+    corpora: str | Sequence[str | Source] = DEFAULT_TRAIN_CORPORA,
     data_dir: str | os.PathLike | None = None,
     steps: int | None = None,
     vocab_size: int | None = None,

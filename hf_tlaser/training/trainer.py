@@ -3,15 +3,18 @@ inverse-sqrt schedule, loss parts and tokens/s in the logs, and a wall-clock bud
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
+from pathlib import Path
 
 import torch
 from accelerate.data_loader import prepare_data_loader
 from torch.optim.lr_scheduler import LambdaLR
 from torch.utils.data import DataLoader, Sampler
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +80,26 @@ class TimeBudgetCallback(TrainerCallback):
         return control
 
 
+STREAM_STATE = "stream_state_rank{rank}.json"
+"""``--streaming``: each rank's stream state in a checkpoint folder (``StreamingPairBatches.state``)."""
+
+
+class StreamStateCallback(TrainerCallback):
+    """``--streaming``: write each rank's stream state next to the checkpoint the Trainer just saved, as it was
+    before the first micro-batch not trained yet (the loader runs ahead of training)."""
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+
+    def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs):
+        folder = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
+        folder.mkdir(parents=True, exist_ok=True)
+        consumed = state.global_step * args.gradient_accumulation_steps
+        path = folder / STREAM_STATE.format(rank=args.process_index)
+        path.write_text(json.dumps(self.stream.state(consumed)), encoding="utf-8")
+        return control
+
+
 class LogParts:
     """Model outputs of the micro-batches since the last training log, kept as detached tensors (no device sync per
     micro-batch); a part absent from some micro-batches is averaged over those that had it."""
@@ -127,7 +150,7 @@ class LogParts:
 
 class LaserTrainer(Trainer):
     """Trainer whose micro-batches come from a curriculum ``batch_sampler`` (one language pair or one multi-way
-    group set per micro-batch).
+    group set per micro-batch), or from an iterable train dataset of micro-batches (``--streaming``, no sampler).
 
     The model's forward takes ``num_items_in_batch`` (the target tokens of the whole update, all processes), so the
     loss of every update is sum / tokens as in fairseq, whatever the accumulation and the number of processes.
@@ -136,7 +159,7 @@ class LaserTrainer(Trainer):
     def __init__(
         self,
         *args,
-        batch_sampler: Sampler,
+        batch_sampler: Sampler | None,
         warmup_init_lr: float = 1e-7,
         **kwargs,
     ):
@@ -152,14 +175,20 @@ class LaserTrainer(Trainer):
         The sampler is already rank-aware, so the loader is prepared as for one process: accelerate adds no sharding
         wrapper, and the Trainer's ``set_epoch`` and its resume skip (``skip_first_batches``) act on the sampler
         itself. Behind a sharding wrapper ``set_epoch`` got lost on resume and a DDP run resumed past epoch 0
-        replayed epoch 0.
+        replayed epoch 0. Without a batch sampler (``--streaming``) the dataset is an iterable of micro-batches,
+        already split between the ranks.
         """
+        if self.batch_sampler is not None:
+            batching = {"batch_sampler": self.batch_sampler}
+        else:  # a stream of micro-batches; its own generator keeps the loader's seed draw off the global RNG, which a
+            # resume restores before the loader starts (else the dropout masks after a resume shift by one draw)
+            batching = {"batch_size": None, "generator": torch.Generator()}
         loader = DataLoader(
             self.train_dataset,
-            batch_sampler=self.batch_sampler,
             collate_fn=self.data_collator,
             num_workers=self.args.dataloader_num_workers,
             pin_memory=self.args.dataloader_pin_memory,
+            **batching,
         )
         return prepare_data_loader(
             loader,
@@ -169,11 +198,13 @@ class LaserTrainer(Trainer):
             put_on_device=self.accelerator.device_placement,
             rng_types=self.accelerator.rng_types.copy(),
             non_blocking=self.accelerator.non_blocking,
+            dispatch_batches=False,  # every rank reads its own share of a stream (never rank 0 for all)
         )
 
     def _run_epoch(self, *args, **kwargs):
         # the epoch goes to the sampler itself, whatever wraps it (the resume skip, accelerate's loaders)
-        self.batch_sampler.set_epoch(kwargs["epoch"])
+        if self.batch_sampler is not None:
+            self.batch_sampler.set_epoch(kwargs["epoch"])
         return super()._run_epoch(*args, **kwargs)
 
     def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None):

@@ -152,3 +152,17 @@ def test_sparse_embeddings_match_dense():
         assert xsim(sparse.csr_matrix(src), sparse.csr_matrix(tgt), margin) == xsim(src, tgt, margin)
     langs, matrix = xsim_matrix({"en": sparse.csr_matrix(src), "de": sparse.csr_matrix(tgt)}, margin="ratio")
     assert matrix[0, 1] == xsim(src, tgt, "ratio")
+
+
+def test_ratio_margin_without_any_shared_feature_is_not_nan():
+    """Sparse lexical vectors of two scripts share nothing: every cosine and every k-NN mean is 0. The ratio margin
+    must score such rows 0 (a miss), not 0/0 = NaN, which argmax would take as the best candidate."""
+    from hf_tlaser.evaluation.knn import margin_candidates
+
+    src = np.eye(6, 12, dtype=np.float32)  # rows use features 0-5
+    tgt = np.eye(6, 12, k=6, dtype=np.float32)  # rows use features 6-11: no overlap at all
+    with np.errstate(all="raise"):
+        fwd, bwd = margin_candidates(src, tgt, k=3, margin="ratio", backend="torch")
+    assert np.all(np.isfinite(fwd.scores)) and np.all(np.isfinite(bwd.scores))
+    assert np.all(fwd.scores == 0)
+    assert xsim(src, tgt, margin="ratio", k=3) == xsim(src, tgt, margin="absolute", k=3)

@@ -22,7 +22,9 @@ Backend = Literal["auto", "faiss", "torch"]
 MARGINS: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "absolute": lambda cos, avg: cos,
     "distance": lambda cos, avg: cos - avg,
-    "ratio": lambda cos, avg: cos / avg,
+    # a row whose k nearest neighbours all have cosine 0 (sparse lexical vectors sharing no n-gram, e.g. Han text
+    # against Latin) has no margin: score 0 instead of 0/0 = NaN, which argmax would pick as the best candidate
+    "ratio": lambda cos, avg: np.divide(cos, avg, out=np.zeros_like(cos), where=avg != 0),
 }
 
 

@@ -10,8 +10,7 @@ from hf_tlaser.models.ldt import LDTConfig, LDTForAlignment, LDTModel
 from hf_tlaser.models.tlaser import TLaserConfig, TLaserForTranslation, TLaserModel
 from hf_tlaser.models.yu2018 import Yu2018Config, Yu2018ForTranslation, Yu2018Model
 from hf_tlaser.tokenization import save_tokenizer, train_tokenizer
-
-__version__ = "0.1.0"
+from hf_tlaser.version import __version__ as __version__
 
 for _config, _model, _translation in (
     (TLaserConfig, TLaserModel, TLaserForTranslation),

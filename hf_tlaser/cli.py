@@ -12,6 +12,10 @@ COMMANDS = {
     "train-tokenizer": ("hf_tlaser.tokenization:main", "train the joint BPE tokenizer on files or registered corpora"),
     "train": ("hf_tlaser.training.cli:main", "train a T-LASER / cT-LASER / LASER model into a save_pretrained folder"),
     "evaluate": ("hf_tlaser.evaluation.cli:main", "run LASER's evaluation protocols on a saved model"),
+    "teacher-vectors": (
+        "hf_tlaser.teachers.cli:main",
+        "compute a teacher's vectors of a corpus once, into the teacher cache (and a vectors: file)",
+    ),
     "push": ("hf_tlaser.hub.cli:main", "publish a trained model folder on the Hugging Face Hub"),
     "env": ("hf_tlaser.cli:env_main", "print versions, device, CPU, bf16 support and threads (for bug reports)"),
 }

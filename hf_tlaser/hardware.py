@@ -20,6 +20,8 @@ from pathlib import Path
 
 import torch
 
+from hf_tlaser.version import __version__
+
 logger = logging.getLogger(__name__)
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
@@ -346,8 +348,6 @@ def configure_threads(num_threads: int | None = None) -> int:
 def environment_report() -> dict:
     """What a bug report needs: versions, device, CPU, bf16 support, threads and the ``auto`` precision."""
     import transformers
-
-    from hf_tlaser import __version__
 
     device = default_device()
     choice = resolve_precision("auto", device)

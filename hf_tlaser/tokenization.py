@@ -54,6 +54,19 @@ def _add_byte_fallback(tokenizer: Tokenizer, first: int = len(SPECIAL_TOKENS)) -
     return with_bytes
 
 
+MODEL_INPUT_NAMES = ["input_ids", "attention_mask"]
+"""What the tokenizers return: no ``token_type_ids`` (transformers 4.x's default adds them; no model here takes them,
+and a Marian NMT model's ``forward`` rejects them)."""
+WRAPPER_KWARGS = dict(
+    pad_token=PAD,
+    unk_token=UNK,
+    eos_token=EOS,
+    padding_side="right",
+    model_max_length=2048,
+    model_input_names=MODEL_INPUT_NAMES,
+)
+
+
 def build_tokenizer(tokenizer: Tokenizer, style: str = "laser") -> PreTrainedTokenizerFast:
     """Wrap a trained ``tokenizers.Tokenizer`` whose vocabulary starts with the special tokens of ``style``
     (SPECIAL_TOKENS; without STR_TAG for ``"marian"``)."""
@@ -62,29 +75,14 @@ def build_tokenizer(tokenizer: Tokenizer, style: str = "laser") -> PreTrainedTok
         tokenizer.post_processor = processors.TemplateProcessing(
             single=f"$A {EOS}", pair=f"$A $B:1 {EOS}:1", special_tokens=[(EOS, eos)]
         )
-        return PreTrainedTokenizerFast(
-            tokenizer_object=tokenizer,
-            pad_token=PAD,
-            unk_token=UNK,
-            eos_token=EOS,
-            padding_side="right",
-            model_max_length=2048,
-        )
+        return PreTrainedTokenizerFast(tokenizer_object=tokenizer, **WRAPPER_KWARGS)
     str_tag = tokenizer.token_to_id(STR_TAG)
     tokenizer.post_processor = processors.TemplateProcessing(
         single=f"{STR_TAG} $A {EOS}",
         pair=f"{STR_TAG} $A {EOS} $B:1 {EOS}:1",
         special_tokens=[(STR_TAG, str_tag), (EOS, eos)],
     )
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer,
-        pad_token=PAD,
-        unk_token=UNK,
-        eos_token=EOS,
-        cls_token=STR_TAG,
-        padding_side="right",
-        model_max_length=2048,
-    )
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, cls_token=STR_TAG, **WRAPPER_KWARGS)
 
 
 def train_tokenizer(
@@ -230,7 +228,7 @@ def save_tokenizer(tokenizer: PreTrainedTokenizerFast, save_directory: str | os.
     """``save_pretrained`` plus a ``tokenizer_config.json`` that transformers 4.x loads too.
 
     transformers 5 writes ``"tokenizer_class": "TokenizersBackend"``, unknown to 4.x; ``PreTrainedTokenizerFast``
-    loads in both.
+    loads in both. ``model_input_names`` is written too: 4.x would otherwise return ``token_type_ids``.
     """
     # padding/truncation left in the backend by earlier batch calls must not become the saved defaults
     tokenizer.backend_tokenizer.no_padding()
@@ -239,6 +237,7 @@ def save_tokenizer(tokenizer: PreTrainedTokenizerFast, save_directory: str | os.
     config_path = Path(save_directory) / "tokenizer_config.json"
     config = json.loads(config_path.read_text())
     config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    config["model_input_names"] = MODEL_INPUT_NAMES
     config_path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
 
 

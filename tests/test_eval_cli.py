@@ -143,7 +143,8 @@ def test_help_shows_defaults_and_full_sentences(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert "the majority class. positional arguments" in text  # the description ends its sentence
+    assert "(a distilled student's shared space). positional arguments" in text  # the description ends its sentence
+    assert "--reference SPEC another model as a row of the same tables and plots, repeatable" in text
     assert "(default: auto)" in text and "one of: auto, fp32, bf16, fp16" in text
     assert "(default: retrieval sib200)" in text and "one or more of: ntrex128, flores-devtest" in text
     assert "``" not in text and "(default: None)" not in text

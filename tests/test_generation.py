@@ -52,7 +52,8 @@ def build(family: str, **overrides) -> torch.nn.Module:
 
 
 def shared_module(model_class: type):
-    """The family's own ``sentence_embedding`` module (each folder imports the shared file as its own module)."""
+    """The ``sentence_embedding`` module as the family's model file imports it (``.sentence_embedding``: in the
+    package an alias of hf_tlaser.models.common.sentence_embedding, in a saved folder its copy)."""
     return importlib.import_module(model_class.__module__.rsplit(".", 1)[0] + ".sentence_embedding")
 
 
@@ -181,6 +182,23 @@ def test_bad_arguments(model):
         model.generate(tgt_lang="en")
     with pytest.raises(ValueError, match="not both"):
         model.generate(vectors=vectors, sentence_embeddings=vectors, tgt_lang="en")
+    shared = shared_module(type(model))
+    with pytest.raises(ValueError, match="cache or its alias past_key_values"):
+        model.generate(
+            vectors=vectors, tgt_lang="en", cache=shared.TranslationCache(), past_key_values=shared.TranslationCache()
+        )
+
+
+@pytest.mark.parametrize("name", ["cache", "past_key_values"])
+def test_user_cache_under_either_name(model, name):
+    """A cache the caller passes (as ``cache``, the name since transformers 5.24, or ``past_key_values``, the name
+    before) is the one filled, whichever name the installed GenerationMixin uses."""
+    vectors, langs = inputs(model)
+    shared = shared_module(type(model))
+    cache = shared.TranslationCache()
+    ids = model.generate(vectors=vectors, tgt_lang=langs, max_new_tokens=STEPS, **{name: cache})
+    assert torch.equal(ids, reference_greedy(model, vectors, langs))
+    assert cache.get_seq_length() == ids.shape[1] and cache.state is not None
 
 
 def test_output_format_and_default_length(model):
@@ -191,8 +209,9 @@ def test_output_format_and_default_length(model):
     assert torch.equal(out.sequences, reference_greedy(model, vectors, langs))
     assert len(out.scores) == out.sequences.shape[1]  # one score per returned token: no start token
     shared = shared_module(type(model))
-    assert isinstance(out.past_key_values, shared.TranslationCache)
-    assert out.past_key_values.get_seq_length() == out.sequences.shape[1]
+    cache = getattr(out, shared.CACHE_NAME)  # GenerationMixin's output field: ``cache`` (>= 5.24) or past_key_values
+    assert isinstance(cache, shared.TranslationCache)
+    assert cache.get_seq_length() == out.sequences.shape[1]
     full = model.generate(vectors=vectors[:2], tgt_lang="en", suppress_tokens=[EOS])
     assert full.shape == (2, shared.DEFAULT_MAX_NEW_TOKENS) and not full.eq(EOS).any()
 

@@ -161,9 +161,11 @@ def test_save_load_round_trip_and_auto_model(tmp_path, tokenizer, tiny_tlaser_kw
     assert torch.equal(encoder(ids, mask).pooler_output, model.encoder(ids, mask).pooler_output)
 
 
-def test_fresh_process_trust_remote_code(tmp_path, tokenizer, tiny_tlaser_kwargs):
+@pytest.mark.parametrize("distance_beta", [0.0, 0.25], ids=["tlaser", "ctlaser"])
+def test_fresh_process_trust_remote_code(tmp_path, tokenizer, tiny_tlaser_kwargs, distance_beta):
+    """T-LASER and cT-LASER (the same classes, with the distance constraint on) load and embed without hf_tlaser."""
     torch.manual_seed(0)
-    model = TLaserForTranslation(TLaserConfig(**tiny_tlaser_kwargs)).eval()
+    model = TLaserForTranslation(TLaserConfig(**tiny_tlaser_kwargs, distance_beta=distance_beta)).eval()
     folder = tmp_path / "ckpt"
     model.save_pretrained(folder)
     save_tokenizer(tokenizer, folder)

@@ -44,6 +44,10 @@ def test_save_load_with_auto_tokenizer(tmp_path, tokenizer):
     text = "El Parlamento Europeo, ¿verdad?"
     assert loaded(text)["input_ids"] == tokenizer(text)["input_ids"]
     assert loaded.cls_token == "STR_TAG" and loaded.pad_token == "<pad>"
+    # no token_type_ids, under transformers 4.x (whose default adds them) as under 5.x: a Marian forward rejects them
+    assert config["model_input_names"] == ["input_ids", "attention_mask"]
+    assert set(loaded([text, "ok"], padding=True)) == {"input_ids", "attention_mask"}
+    assert set(tokenizer(text)) == {"input_ids", "attention_mask"}
 
 
 def first_lines(path, n: int) -> list[str]:

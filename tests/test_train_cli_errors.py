@@ -7,12 +7,14 @@ import json
 import logging
 import shutil
 import time
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
 from hf_tlaser import save_tokenizer
 from hf_tlaser.training.cli import build_parser, main, parse_args
+from hf_tlaser.training.spec import RunSpec
 from hf_tlaser.training.trainer import TimeBudgetCallback
 
 TINY = ["hidden_size=32", "num_hidden_layers=1", "num_attention_heads=4", "intermediate_size=64"]
@@ -283,6 +285,15 @@ def test_help_shows_defaults_and_choices(monkeypatch):
     assert "(default: 1000)" in text  # --max-steps
     assert "(default: wmt-newstest-multiway,europarl-v2-it-en,multi30k," in text  # --corpora
     assert "recipe override (default: the preset's: paper all, small all, tiny 60000)" in text  # --max-lines
+
+
+def test_the_flags_are_the_run_spec(tmp_path):
+    """One flag per RunSpec field, in its order (the record's ``args``), with its default."""
+    dests = [action.dest for action in build_parser()._actions if action.dest != "help"]
+    assert list(dict.fromkeys(dests)) == [item.name for item in fields(RunSpec)]
+    spec = parse_args(["--output-dir", str(tmp_path)])
+    assert spec == RunSpec(output_dir=str(tmp_path))
+    assert list(spec.to_dict()) == list(dict.fromkeys(dests))
 
 
 def test_bf16_flag_is_an_alias(tmp_path, caplog):

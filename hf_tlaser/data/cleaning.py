@@ -41,7 +41,7 @@ class CleaningReport:
     """sentences removed (from dropped and kept groups), by reason"""
 
 
-def _clean_group(lengths: dict[str, int], config: CleaningConfig) -> tuple[set[str], list[str]]:
+def clean_group(lengths: dict[str, int], config: CleaningConfig) -> tuple[set[str], list[str]]:
     """Languages to remove from one group, and the reason of each removal in order."""
     removed: dict[str, str] = {}
     for lang, n in lengths.items():
@@ -87,7 +87,7 @@ def clean_groups(
         out["_dropped"] = [0] * n  # 0: kept, else 1 + index in REASONS
         out.update({LENGTH_PREFIX + lang: [] for lang in languages})
         for i, group in enumerate(lengths):
-            removed, reasons = _clean_group(group, config)
+            removed, reasons = clean_group(group, config)
             for lang in removed:
                 out[lang][i] = None
             for lang in languages:  # encoder-format lengths for the batch samplers (0: absent)

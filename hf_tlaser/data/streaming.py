@@ -8,7 +8,7 @@ them as the in-memory ``PairBatchSampler`` does, chunk by chunk instead of from 
   (``datasets.distributed.split_dataset_by_node``: whole shards, i.e. file sets, when their number is a multiple of
   the world size, else every world_size-th group);
 * a stream reads ``buffer_size`` groups that hold its pair (the shuffle buffer), cleans them as ``clean_groups`` does
-  (``_clean_group`` on the whole group, subword lengths of the tokenizer), sorts and packs them under ``max_tokens``
+  (``clean_group`` on the whole group, subword lengths of the tokenizer), sorts and packs them under ``max_tokens``
   (``pack_chunk``, the in-memory packing) and serves the chunk's batches in a random order; a source that runs out
   starts a new cycle once every source of the stream has;
 * each micro-batch draws its pair uniformly among the pairs that have data on this rank (a pair whose full cycle
@@ -37,7 +37,7 @@ from datasets.distributed import split_dataset_by_node
 from transformers import PreTrainedTokenizerBase
 
 from hf_tlaser.data.batching import pack_chunk
-from hf_tlaser.data.cleaning import CleaningConfig, _clean_group
+from hf_tlaser.data.cleaning import CleaningConfig, clean_group
 from hf_tlaser.data.languages import Pair
 from hf_tlaser.data.lengths import token_counts
 from hf_tlaser.errors import UsageError
@@ -123,7 +123,7 @@ class _PairStream:
         src, tgt, src_len, tgt_len = [], [], [], []
         for i, row in enumerate(rows):
             group = {lang: counts[lang][i] for lang in langs if i in counts[lang]}
-            removed, reasons = _clean_group(group, owner.cleaning)
+            removed, reasons = clean_group(group, owner.cleaning)
             self.counts.update(f"removed_{reason}" for reason in reasons)
             if a in removed or b in removed:
                 self.counts["dropped"] += 1

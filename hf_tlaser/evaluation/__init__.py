@@ -1,5 +1,6 @@
 """Evaluation: xsim / P@1 retrieval, margin-based bitext mining, zero-shot classification, readers, plots, and the
-reference rows (random init, ``tfidf-char`` lexical baseline, majority class) reported next to every model.
+reference rows (random init, ``tfidf-char`` lexical baseline, majority class, other models given with
+``--reference`` and their cross-model rows) reported next to every model.
 
 Everything works on embeddings (numpy or torch) or on an ``embed(texts) -> np.ndarray`` callable, so it is
 independent of the model. kNN uses faiss when importable, else torch (``backend=`` to force one).
@@ -9,7 +10,14 @@ from .classifier import ClassifierConfig, TransferResult, select_epoch, zero_sho
 from .knn import MARGINS, knn
 from .metrics import load_metric, metric_path
 from .mining import mine, write_bitexts
-from .plots import plot_embeddings, plot_heatmap, plot_training_curves, plot_transfer_matrix
+from .plots import (
+    plot_bars,
+    plot_embeddings,
+    plot_heatmap,
+    plot_result_rows,
+    plot_training_curves,
+    plot_transfer_matrix,
+)
 from .readers import (
     CLASSIFICATION_SETS,
     LANGS,
@@ -32,11 +40,14 @@ from .suite import (
     Reference,
     RetrievalResult,
     embed_classification,
+    embed_retrieval,
     evaluate_classification,
     evaluate_retrieval,
     lexical_reference,
     read_classification,
+    read_retrieval_sets,
     run_suite,
+    score_retrieval,
 )
 
 __all__ = [
@@ -51,6 +62,7 @@ __all__ = [
     "RetrievalResult",
     "TransferResult",
     "embed_classification",
+    "embed_retrieval",
     "evaluate_classification",
     "evaluate_retrieval",
     "knn",
@@ -60,12 +72,15 @@ __all__ = [
     "markdown_table",
     "metric_path",
     "mine",
+    "plot_bars",
     "plot_embeddings",
     "plot_heatmap",
+    "plot_result_rows",
     "plot_training_curves",
     "plot_transfer_matrix",
     "precision_at_1",
     "read_classification",
+    "read_retrieval_sets",
     "read_flores_devtest",
     "read_mldoc",
     "read_mldoc_file",
@@ -75,6 +90,7 @@ __all__ = [
     "read_ud_pud",
     "read_umsab",
     "run_suite",
+    "score_retrieval",
     "select_epoch",
     "write_bitexts",
     "write_report",

@@ -3,30 +3,29 @@
 Writes a markdown report, ``results.json`` and PNG plots to MODEL_DIR/eval. A bilingual cNV model is evaluated on
 its two languages, each embedded through its own encoder and tokenizer. The model's scores sit in one table
 with reference rows computed on the same sentences with the same protocol: the same architecture at random init,
-the ``tfidf-char`` lexical baseline and, for classification, the majority class.
+the ``tfidf-char`` lexical baseline and, for classification, the majority class; ``--reference`` adds rows of
+other models (sentence-transformers models, hf_tlaser folders) and, where a reference's vectors have the model's
+width, a cross-model row: the model's queries searched among the reference's targets (a distilled student's
+shared space).
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-import torch
-from transformers import AutoModel, AutoTokenizer
-
-import hf_tlaser
 from hf_tlaser.data.languages import parse_languages
 from hf_tlaser.encoding import model_languages
 from hf_tlaser.errors import UsageError
 from hf_tlaser.evaluation.classifier import CLASSIFIERS, ClassifierConfig
+from hf_tlaser.evaluation.encoder import DOCUMENT_WORDS, EncoderEmbed, load_encoder
 from hf_tlaser.evaluation.lexical import NAME as LEXICAL_NAME
 from hf_tlaser.evaluation.provenance import check_model_folder, describe_model
-from hf_tlaser.evaluation.readers import LANGS, is_spec, laser_mldoc_cleanup
+from hf_tlaser.evaluation.readers import LANGS, is_spec
 from hf_tlaser.evaluation.report import about_table, summary_table
 from hf_tlaser.evaluation.suite import (
     EVALUATION_LANGS,
@@ -39,85 +38,40 @@ from hf_tlaser.evaluation.suite import (
     run_suite,
 )
 from hf_tlaser.hardware import PRECISIONS, default_device, resolve_precision
+from hf_tlaser.teachers import AUTO, EVAL_PROMPTS, NO_CACHE, TeacherCache, load_teacher
 
+__all__ = ["DOCUMENT_WORDS", "EncoderEmbed", "evaluate_model", "load_encoder", "main", "reference_rows", "summarize"]
 RANDOM_INIT = "random init"
-DOCUMENT_WORDS = 750
-"""T-LASER embeds a document whole, cut to its first 750 words (Li & Mak 2020)."""
 
 
-def load_encoder(model_dir: str | Path, random_init: bool = False) -> tuple[torch.nn.Module, object]:
-    """The encoder and tokenizer of a saved model folder (``random_init``: same architecture, fresh weights).
-
-    A cNV folder gives the model and None: its per-language tokenizers come with it (``model.get_tokenizer``); at
-    random init every weight is fresh, the NMT encoders' too, and the saved tokenizers are kept.
+def reference_rows(
+    specs: Sequence[str],
+    *,
+    prompt_name: str | None = AUTO,
+    cache_dir: str | os.PathLike | None = None,
+    device=None,
+    precision: str = "auto",
+) -> dict[str, Reference]:
+    """``--reference`` SPECs (``hf_tlaser.teachers.load_teacher``: sentence-transformers folder or Hub id, hf_tlaser
+    folder) loaded as reference rows, each with a cross-model row where the widths match; ``UsageError`` naming
+    ``--reference`` for one that cannot be loaded. ``prompt_name`` ``auto``: the model's ``query`` prompt (e5's
+    for symmetric tasks) when it has one. Vectors go through the teacher cache (``cache_dir``; ``none``: no cache).
     """
-    model = AutoModel.from_pretrained(model_dir)
-    languages = model_languages(model)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir) if languages is None else None
-    if random_init:
-        torch.manual_seed(0)
-        fresh = type(model)(model.config)
-        if languages is not None:
-            fresh.tokenizers.update({lang: model.get_tokenizer(lang) for lang in languages})
-        model = fresh
-    return model.eval(), tokenizer
-
-
-@dataclass
-class EncoderEmbed:
-    """An ``Embed`` for a loaded hf_tlaser encoder.
-
-    Sentences are embedded as they are (inputs over the model's length limit are truncated). Documents (MLDoc) are
-    embedded whole: T-LASER's cut to their first 750 words, LASER's after the clean-up of LASER's ``mldoc.sh``.
-    A model with one encoder per language (cNV) is ``per_language``: it takes the language of each text and embeds
-    every language through its own encoder (``tokenizer`` None: the model's own per-language tokenizers).
-    """
-
-    model: torch.nn.Module
-    tokenizer: object
-    device: torch.device
-    autocast_dtype: torch.dtype | None = None
-    max_tokens: int = 16000
-
-    @property
-    def per_language(self) -> bool:
-        """Whether the model needs the language of each text (one encoder per language)."""
-        return model_languages(self.model) is not None
-
-    def _encode(self, texts: list[str], langs: list[str] | None = None, **options) -> np.ndarray:
-        def run(batch: list[str], **lang) -> np.ndarray:
-            return hf_tlaser.encode(
-                self.model,
-                self.tokenizer,
-                batch,
-                max_tokens=self.max_tokens,
-                truncation=True,
-                autocast_dtype=self.autocast_dtype,
-                device=self.device,
-                **lang,
-                **options,
-            )
-
-        if langs is None:
-            return run(texts)
-        rows = {lang: [i for i, text_lang in enumerate(langs) if text_lang == lang] for lang in dict.fromkeys(langs)}
-        parts = {lang: run([texts[i] for i in where], lang=lang) for lang, where in rows.items()}
-        if not parts:
-            return run([], lang=model_languages(self.model)[0])
-        out = np.empty((len(texts), next(iter(parts.values())).shape[1]), dtype=np.float32)
-        for lang, where in rows.items():
-            out[where] = parts[lang]
-        return out
-
-    def __call__(self, texts: list[str], langs: list[str] | None = None) -> np.ndarray:
-        return self._encode(texts, langs)
-
-    def embed_documents(self, texts: list[str], langs: list[str] | None = None) -> np.ndarray:
-        """Whole-document vectors (see the class docstring)."""
-        if self.model.config.model_type == "laser":
-            cleaned = [laser_mldoc_cleanup(t) for t in texts]
-            return self._encode(cleaned, langs, documents=True, document_mode="whole", max_words=None)
-        return self._encode(texts, langs, documents=True, document_mode="whole", max_words=DOCUMENT_WORDS)
+    rows: dict[str, Reference] = {}
+    for spec in specs:
+        teacher = load_teacher(
+            spec,
+            prompt_name=prompt_name,
+            prefer=EVAL_PROMPTS,
+            device=device,
+            precision=precision,
+            argument="--reference",
+        )
+        name = teacher.name if teacher.name not in rows else f"{teacher.name} ({len(rows) + 1})"
+        embed = teacher if cache_dir == NO_CACHE else TeacherCache(cache_dir, teacher).embedder()
+        about = f"{teacher.describe()}; fingerprint {teacher.fingerprint[:12]}"
+        rows[name] = Reference(f"{name} (reference)", about, lambda suite, embed=embed: embed, cross=True)
+    return rows
 
 
 def summarize(results: dict) -> str:
@@ -142,6 +96,9 @@ def evaluate_model(
     max_tokens: int = 16000,
     precision: str = "auto",
     languages: Sequence[str] | None = None,
+    reference_specs: Sequence[str] = (),
+    reference_prompt: str | None = AUTO,
+    cache_dir: str | os.PathLike | None = None,
 ) -> dict:
     """Encode with the model of ``model_dir`` and run ``suites``; returns the results dict (also on disk).
 
@@ -157,6 +114,9 @@ def evaluate_model(
     languages; a named retrieval set without both is one too), each text through the encoder of its language;
     classification ``cross`` is then train on one language, test on the other. Its random-init row has every weight
     fresh, the NMT pair's included, so it measures the architecture, not the pretrained translation models.
+
+    ``reference_specs`` add rows of other models (:func:`reference_rows`, loaded before any data is read, through
+    the teacher cache ``cache_dir``), with ``reference_prompt``, and a cross-model row for each of the model's width.
     """
     config = check_model_folder(model_dir)
     model_langs = model_languages(config)
@@ -170,6 +130,9 @@ def evaluate_model(
     retrieval_sets = retrieval_sets_for(langs, retrieval_sets) if "retrieval" in suites else ()
     device = default_device()
     choice = resolve_precision(precision, device)
+    extra_rows = reference_rows(
+        reference_specs, prompt_name=reference_prompt, cache_dir=cache_dir, device=device, precision=precision
+    )
 
     def embedder(untrained: bool) -> EncoderEmbed:
         model, tokenizer = load_encoder(model_dir, untrained)
@@ -197,6 +160,7 @@ def evaluate_model(
         rows[RANDOM_INIT] = Reference(f"{RANDOM_INIT} (reference)", random_about, lambda suite: untrained)
     if references:
         rows[LEXICAL_NAME] = lexical_reference()
+    rows.update(extra_rows)
     state = Path(model_dir) / "trainer_state.json"
     out = Path(output_dir) if output_dir else Path(model_dir) / ("eval_random_init" if random_init else "eval")
     return run_suite(
@@ -289,6 +253,28 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-references", action="store_true", help="leave out the random-init and tfidf-char reference rows"
     )
     parser.add_argument(
+        "--reference",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="another model as a row of the same tables and plots, repeatable: a sentence-transformers model folder "
+        "or Hub id (ID or ID@REVISION), or an hf_tlaser model folder; where its vectors have the model's width, also a "
+        "cross-model row (the model's queries searched among the reference's targets: xx -> en shows a distilled "
+        "student's shared space)",
+    )
+    parser.add_argument(
+        "--reference-prompt",
+        default=AUTO,
+        metavar="NAME",
+        help="prompt of the --reference sentence-transformers models: auto (their 'query' prompt, e5's for "
+        "symmetric tasks, when they have one), none, or a prompt name (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--cache-dir",
+        help="teacher-vector cache of the --reference models, reused by later runs: a folder, or none (default: "
+        "$HF_TLASER_TEACHER_CACHE, else ~/.cache/hf_tlaser/teachers)",
+    )
+    parser.add_argument(
         "--precision",
         choices=PRECISIONS,
         default="auto",
@@ -317,6 +303,9 @@ def main(argv: list[str] | None = None) -> int:
             references=not args.no_references,
             precision=args.precision,
             languages=args.languages,
+            reference_specs=args.reference,
+            reference_prompt=args.reference_prompt,
+            cache_dir=args.cache_dir,
         )
     except UsageError as error:
         print(f"hf-tlaser evaluate: error: {error}", file=sys.stderr)

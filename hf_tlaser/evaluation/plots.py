@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -15,6 +16,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+
+from .report import classification_suites, mean_std, mean_xsim, result_rows  # noqa: E402
 
 _SPEED_KEYS = ("runtime", "samples_per_second", "steps_per_second")
 COLLAPSE_SIGNALS = ("mean_cosine", "centered_cosine", "d_p", "d_n")
@@ -165,3 +168,61 @@ def plot_training_curves(trainer_state: str | os.PathLike | dict, path: str | os
         ax.set(title=title, xlabel="step")
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     return _save(fig, path)
+
+
+def plot_bars(
+    labels: Sequence[str],
+    panels: Mapping[str, Sequence[float | None]],
+    path: str | os.PathLike,
+    lines: Mapping[str, float] | None = None,
+    line_label: str = "",
+) -> Path:
+    """One horizontal bar per label in each panel (title -> one value per label, None: no bar), values written at
+    the bars, on a fixed 0-100 % scale; ``lines`` (panel title -> value) draws a dashed red line labelled
+    ``line_label`` (e.g. the majority class)."""
+    lines = lines or {}
+    fig, axes = plt.subplots(
+        1, len(panels), figsize=(4.5 * len(panels), 0.9 + 0.45 * len(labels)), squeeze=False, sharey=True
+    )
+    positions = np.arange(len(labels))[::-1]
+    for ax, (title, values) in zip(axes[0], panels.items()):
+        if len(values) != len(labels):
+            raise ValueError(f"panel {title!r} has {len(values)} values for {len(labels)} labels")
+        shown = [np.nan if v is None else float(v) for v in values]
+        ax.barh(positions, np.nan_to_num(shown), color=[f"C{i}" for i in range(len(labels))])
+        for y, value in zip(positions, shown):
+            ax.text(101, y, "-" if np.isnan(value) else f"{value:.1f}", va="center", fontsize=8)
+        if title in lines:
+            ax.axvline(
+                lines[title], color="red", linestyle="--", linewidth=1.5, label=f"{line_label} {lines[title]:.1f}"
+            )
+            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0.0, -0.12), borderaxespad=0)
+        ax.set_xlim(0, 100)
+        ax.set_title(textwrap.fill(title, 48), fontsize=9)
+    axes[0, 0].set_yticks(positions, labels=list(labels), fontsize=8)
+    return _save(fig, path)
+
+
+def plot_result_rows(results: dict, path: str | os.PathLike) -> Path | None:
+    """Bars of every row of the results table (model and references): mean xsim error % per retrieval set (ratio
+    margin, else the first), ``cross`` accuracy % per classification set with the majority class as a line."""
+    rows = result_rows(results)
+    panels: dict[str, list[float | None]] = {}
+    lines: dict[str, float] = {}
+    for name, by_margin in ((results.get("retrieval") or {}).get("matrices") or {}).items():
+        margin = "ratio" if "ratio" in by_margin else next(iter(by_margin))
+        title = f"{name} xsim error % ({margin}), lower is better"
+        panels[title] = [
+            mean_xsim((((entry.get("retrieval") or {}).get("matrices") or {}).get(name) or {}).get(margin) or {})
+            for _, entry in rows
+        ]
+    for suite in classification_suites(results):
+        title = f"{suite} cross accuracy %, higher is better"
+        panels[title] = [
+            (mean_std(((entry.get(suite) or {}).get("summary") or {}).get("cross")) or (None,))[0] for _, entry in rows
+        ]
+        if results[suite].get("majority_class") is not None:
+            lines[title] = results[suite]["majority_class"]
+    if not panels:
+        return None
+    return plot_bars([label for label, _ in rows], panels, path, lines, "majority class")

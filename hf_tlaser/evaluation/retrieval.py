@@ -63,23 +63,32 @@ def xsim_both(
 
 
 def xsim_matrix(
-    embs: dict[str, Array], margin: str = "ratio", k: int = 4, backend: Backend = "auto"
+    embs: dict[str, Array],
+    margin: str = "ratio",
+    k: int = 4,
+    backend: Backend = "auto",
+    targets: dict[str, Array] | None = None,
 ) -> tuple[list[str], np.ndarray]:
     """xsim for every ordered language pair of a multi-way aligned set.
 
     Returns ``(langs, matrix)`` with ``matrix[i, j]`` = error (%) searching ``langs[j]`` for ``langs[i]``
-    queries; the diagonal is NaN.
+    queries; the diagonal is NaN. ``targets`` (the same set embedded by another model, same width) are searched
+    instead of ``embs``: row i holds the queries of ``embs``, column j the targets of ``targets`` (a cross-model
+    matrix: do two models share one space?).
     """
     langs = list(embs)
     if len(langs) < 2:
         raise ValueError(f"xsim_matrix needs at least 2 languages, got {langs}")
+    if targets is not None and list(targets) != langs:
+        raise ValueError(f"targets must have the languages of embs {langs}, got {list(targets)}")
     mats = {lang: as_matrix(emb, f"embs[{lang!r}]") for lang, emb in embs.items()}
-    sizes = {lang: m.shape[0] for lang, m in mats.items()}
+    found = mats if targets is None else {lang: as_matrix(emb, f"targets[{lang!r}]") for lang, emb in targets.items()}
+    sizes = {lang: m.shape[0] for lang, m in [*mats.items(), *found.items()]}
     if len(set(sizes.values())) != 1:
         raise ValueError(f"embs must be aligned (same number of rows), got {sizes}")
     matrix = np.full((len(langs), len(langs)), np.nan)
     for i, a in enumerate(langs):
         for j, b in enumerate(langs):
             if i != j:
-                matrix[i, j] = xsim(mats[a], mats[b], margin=margin, k=k, backend=backend)
+                matrix[i, j] = xsim(mats[a], found[b], margin=margin, k=k, backend=backend)
     return langs, matrix

@@ -27,7 +27,7 @@ from .knn import Backend
 from .lexical import NAME as LEXICAL_NAME
 from .lexical import tfidf_char_embed
 from .mining import mining_f1
-from .plots import plot_embeddings, plot_heatmap, plot_training_curves, plot_transfer_matrix
+from .plots import plot_embeddings, plot_heatmap, plot_result_rows, plot_training_curves, plot_transfer_matrix
 from .readers import (
     CLASSIFICATION_LANGS,
     CLASSIFICATION_SETS,
@@ -48,6 +48,8 @@ Embed = Callable[..., np.ndarray]
 SUITES = ("retrieval", "sib200", "umsab", "mldoc")
 EVALUATION_LANGS: tuple[str, ...] = tuple(sorted({lang for _, langs in RETRIEVAL_SETS.values() for lang in langs}))
 """Every language of the registered retrieval sets."""
+CROSS_PREFIX = "cross-model: "
+"""Key prefix of a cross-model row in ``results["references"]`` (``cross-model: NAME`` for reference NAME)."""
 DOCUMENT_SETS = ("mldoc",)
 """Classification sets whose texts are documents (embedded with the embedder's ``embed_documents``)."""
 
@@ -163,6 +165,50 @@ def read_retrieval(name: str, data_dir: str | os.PathLike | None, langs: Sequenc
     return {name: reader(data_dir, here)} if len(here) >= 2 else {}
 
 
+def read_retrieval_sets(
+    data_dir: str | os.PathLike | None, sets: Sequence[str], langs: Sequence[str]
+) -> dict[str, dict[str, list[str]]]:
+    """``{set: {lang: lines}}`` of every set (registered or user spec) over its languages of ``langs``."""
+    _check_retrieval_sets(sets)
+    return {set_name: texts for name in sets for set_name, texts in read_retrieval(name, data_dir, langs).items()}
+
+
+def embed_retrieval(embed: Embed, texts: Mapping[str, Mapping[str, list[str]]]) -> dict[str, dict]:
+    """``{set: {lang: embeddings}}``: ``embed`` called once per set with the sentences of all its languages."""
+    out: dict[str, dict] = {}
+    for set_name, by_lang in texts.items():
+        flat = [(lang, t) for lang, lines in by_lang.items() for t in lines]
+        emb = embed_texts(embed, [t for _, t in flat], langs=[lang for lang, _ in flat])
+        out[set_name] = dict(zip(by_lang, _split_rows(emb, [len(lines) for lines in by_lang.values()])))
+    return out
+
+
+def score_retrieval(
+    embs: Mapping[str, Mapping[str, object]],
+    margins: Sequence[str] = ("absolute", "ratio"),
+    k: int = 4,
+    backend: Backend = "auto",
+    targets: Mapping[str, Mapping[str, object]] | None = None,
+) -> RetrievalResult:
+    """xsim matrices and mining F1 of embedded sets (:func:`embed_retrieval`). With ``targets`` (the same sets
+    embedded by another embedder) the queries of ``embs`` search the targets of ``targets`` (a cross-model matrix;
+    no mining)."""
+    result = RetrievalResult(k=k)
+    for set_name, by_lang in embs.items():
+        other = None if targets is None else targets[set_name]
+        result.sizes[set_name] = next(iter(by_lang.values())).shape[0]
+        result.matrices[set_name] = {
+            m: xsim_matrix(by_lang, margin=m, k=k, backend=backend, targets=other) for m in margins
+        }
+        if other is None:
+            result.mining[set_name] = {
+                f"{a}-{b}": mining_f1(by_lang[a], by_lang[b], k=k, backend=backend)
+                for i, a in enumerate(by_lang)
+                for b in list(by_lang)[i + 1 :]
+            }
+    return result
+
+
 def evaluate_retrieval(
     embed: Embed,
     data_dir: str | os.PathLike | None = None,
@@ -177,21 +223,14 @@ def evaluate_retrieval(
 
     ``embed`` is called once per set with the sentences of all its languages.
     """
-    _check_retrieval_sets(sets)
-    result = RetrievalResult(k=k)
-    for name in sets:
-        for set_name, texts in read_retrieval(name, data_dir, langs).items():
-            flat = [(lang, t) for lang, lines in texts.items() for t in lines]
-            emb = embed_texts(embed, [t for _, t in flat], langs=[lang for lang, _ in flat])
-            embs = dict(zip(texts, _split_rows(emb, [len(lines) for lines in texts.values()])))
-            result.sizes[set_name] = len(next(iter(texts.values())))
-            result.matrices[set_name] = {m: xsim_matrix(embs, margin=m, k=k, backend=backend) for m in margins}
-            result.mining[set_name] = {
-                f"{a}-{b}": mining_f1(embs[a], embs[b], k=k, backend=backend)
-                for i, a in enumerate(texts)
-                for b in list(texts)[i + 1 :]
-            }
-    return result
+    texts = read_retrieval_sets(data_dir, sets, langs)
+    return score_retrieval(embed_retrieval(embed, texts), margins, k, backend)
+
+
+def same_space(a: Mapping[str, Mapping[str, object]], b: Mapping[str, Mapping[str, object]]) -> bool:
+    """Whether two embeddings of the same sets are dense vectors of one width (a cross-model search makes sense)."""
+    first = [next(iter(by_lang.values())) for by_lang in (*a.values(), *b.values())]
+    return bool(first) and not any(sparse.issparse(e) for e in first) and len({e.shape[1] for e in first}) == 1
 
 
 def evaluation_languages(model_langs: Sequence[str]) -> list[str]:
@@ -291,11 +330,13 @@ def evaluate_classification(
 @dataclass(frozen=True)
 class Reference:
     """A reference row: ``embed_for(suite)`` gives the embedder used for that suite; ``label`` names the row in
-    tables and ``about`` says what it is."""
+    tables and ``about`` says what it is. ``cross``: also a cross-model row when the evaluated model's vectors have
+    this reference's width (the model's queries searched among the reference's targets, see ``run_suite``)."""
 
     label: str
     about: str
     embed_for: Callable[[str], Embed]
+    cross: bool = False
 
 
 def lexical_reference(svd_dim: int = 512) -> Reference:
@@ -356,25 +397,18 @@ def run_suite(
     plots: list[tuple[str, Path]] = []
     for suite in suites:
         if suite == "retrieval":
-            retrieval = evaluate_retrieval(embed, data_dir, retrieval_sets, langs)
+            texts = read_retrieval_sets(data_dir, retrieval_sets, langs)
+            model_embs = embed_retrieval(embed, texts)
+            retrieval = score_retrieval(model_embs)
             results[suite] = retrieval.to_dict()
+            plots += _xsim_plots(retrieval, out)
             for name, reference in references.items():
-                ref_results[name][suite] = evaluate_retrieval(
-                    reference.embed_for(suite), data_dir, retrieval_sets, langs
-                ).to_dict()
-            for name, by_margin in retrieval.matrices.items():
-                for margin, (set_langs, matrix) in by_margin.items():
-                    png = plot_heatmap(
-                        matrix,
-                        set_langs,
-                        set_langs,
-                        out / f"xsim_{file_name(name)}_{margin}.png",
-                        f"{name} xsim error % ({margin})",
-                        "target",
-                        "query",
-                        "viridis_r",
-                    )
-                    plots.append((f"{name} xsim ({margin})", png))
+                ref_embs = embed_retrieval(reference.embed_for(suite), texts)
+                ref_results[name][suite] = score_retrieval(ref_embs).to_dict()
+                if reference.cross and same_space(model_embs, ref_embs):
+                    cross = score_retrieval(model_embs, targets=ref_embs)
+                    ref_results.setdefault(CROSS_PREFIX + name, {})[suite] = cross.to_dict()
+                    plots += _xsim_plots(cross, out, f"cross-model {name}", ("ratio",))
             continue
         data = read_classification(suite, data_dir, langs)
         documents = suite in DOCUMENT_SETS
@@ -401,11 +435,47 @@ def run_suite(
             name: {"label": reference.label, "about": reference.about, **ref_results[name]}
             for name, reference in references.items()
         }
+        label = results["evaluated"].get("label", "model")
+        for name in references:
+            if CROSS_PREFIX + name in ref_results:
+                results["references"][CROSS_PREFIX + name] = {
+                    "label": f"{label} queries → {name} targets (cross-model)",
+                    "about": f"queries embedded by {label}, searched among the targets embedded by {name} (same "
+                    f"width): the xx → en cells show whether {label} shares {name}'s space (a distilled student)",
+                    **ref_results[CROSS_PREFIX + name],
+                }
+        png = plot_result_rows(results, out / "rows.png")
+        if png is not None:
+            plots.append(("Every row of the results table", png))
     if trainer_state is not None:
         plots.append(("Training curves", plot_training_curves(trainer_state, out / "training_curves.png")))
     (out / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
     write_report(out / "report.md", title, _report_sections(results, transfers, plots))
     return results
+
+
+def _xsim_plots(
+    retrieval: RetrievalResult, out: Path, who: str = "", margins: Sequence[str] | None = None
+) -> list[tuple[str, Path]]:
+    """xsim heatmaps of every set and margin (of ``margins``); ``who`` names a row other than the model's."""
+    plots = []
+    for name, by_margin in retrieval.matrices.items():
+        for margin, (set_langs, matrix) in by_margin.items():
+            if margins is not None and margin not in margins:
+                continue
+            suffix = f"_{file_name(who)}" if who else ""
+            png = plot_heatmap(
+                matrix,
+                set_langs,
+                set_langs,
+                out / f"xsim_{file_name(name)}_{margin}{suffix}.png",
+                f"{name} xsim error % ({margin}){': ' + who if who else ''}",
+                f"target{' (' + who.removeprefix('cross-model ') + ')' if who else ''}",
+                f"query{' (evaluated model)' if who else ''}",
+                "viridis_r",
+            )
+            plots.append((f"{name} xsim ({margin}){', ' + who if who else ''}", png))
+    return plots
 
 
 def _report_sections(

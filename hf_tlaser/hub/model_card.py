@@ -13,7 +13,6 @@ from string import Template
 
 from huggingface_hub import EvalResult, ModelCardData
 
-from hf_tlaser import __version__
 from hf_tlaser.data.sources import split_specs
 from hf_tlaser.encoding import model_languages, trained_languages
 from hf_tlaser.evaluation.provenance import (
@@ -34,6 +33,7 @@ from hf_tlaser.evaluation.report import (
     pair_table,
     summary_table,
 )
+from hf_tlaser.version import __version__
 
 from .st_layout import pooling_mode, read_model_config
 

@@ -1,6 +1,7 @@
-"""Training: presets, the curriculum Trainer and the ``hf-tlaser train`` command."""
+"""Training: presets, the run spec, the curriculum Trainer and the ``hf-tlaser train`` command."""
 
 from hf_tlaser.training.presets import MODELS, SIZES, Preset, Recipe, get_preset
+from hf_tlaser.training.spec import RunSpec
 from hf_tlaser.training.trainer import LaserTrainer, TimeBudgetCallback, inverse_sqrt_schedule
 
 __all__ = [
@@ -9,6 +10,7 @@ __all__ = [
     "Preset",
     "Recipe",
     "get_preset",
+    "RunSpec",
     "LaserTrainer",
     "TimeBudgetCallback",
     "inverse_sqrt_schedule",

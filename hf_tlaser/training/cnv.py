@@ -13,8 +13,6 @@ is reused, an unfinished one resumes from its last checkpoint, stage 2 from ``OU
 
 from __future__ import annotations
 
-import argparse
-import json
 import logging
 import os
 from dataclasses import asdict, dataclass, field
@@ -35,24 +33,6 @@ from hf_tlaser.data.collator import CNVCollator
 from hf_tlaser.errors import UsageError
 from hf_tlaser.models.cnv import CNVConfig, CNVModel
 from hf_tlaser.tokenization import save_tokenizer
-from hf_tlaser.training.cli import (
-    RECORD,
-    RunOptions,
-    _flag_error,
-    _recipe,
-    _recorded_outputs,
-    check_checkpoint,
-    check_output_dir,
-    check_resume,
-    check_resume_config,
-    config_overrides,
-    fit_and_save,
-    new_record,
-    open_output_dir,
-    plan_batches,
-    plan_data,
-    write_record,
-)
 from hf_tlaser.training.nmt_pair import (
     finished_nmt,
     load_pair_corpora,
@@ -61,8 +41,20 @@ from hf_tlaser.training.nmt_pair import (
     train_marian_bpe,
     train_nmt,
 )
+from hf_tlaser.training.plan import plan_data
 from hf_tlaser.training.presets import NMTPreset, Recipe, get_preset
-from hf_tlaser.training.trainer import LaserTrainer, TimeBudgetCallback
+from hf_tlaser.training.run import Run
+from hf_tlaser.training.run_dir import (
+    RECORD,
+    check_checkpoint,
+    check_output_dir,
+    check_resume,
+    check_resume_config,
+    read_record,
+    recorded_outputs,
+)
+from hf_tlaser.training.spec import RunSpec, config_overrides, flag_error
+from hf_tlaser.training.trainer import LaserTrainer
 
 logger = logging.getLogger("hf_tlaser.train")
 
@@ -120,47 +112,47 @@ def _split_set(items: list[str]) -> tuple[list[str], list[str]]:
     return [item for item in items if not item.startswith(NMT_SET_PREFIX)], nmt
 
 
-def check_cnv_args(args: argparse.Namespace, recipe: Recipe) -> CNVPlan:
+def check_cnv_args(spec: RunSpec, recipe: Recipe) -> CNVPlan:
     """The cheap checks of a cNV command line (before any file is read); UsageError on a mistake."""
-    if not args.pairs:
+    if not spec.pairs:
         raise UsageError("--model cnv takes one language pair a-b (its NMT pair a->b and b->a): give --pairs a-b")
-    if getattr(args, "streaming", False):
+    if spec.streaming:
         raise UsageError("--streaming is not available for --model cnv (its two stages read the corpora in memory)")
     try:
-        pairs = parse_pairs(args.pairs)
+        pairs = parse_pairs(spec.pairs)
     except ValueError as err:
-        raise _flag_error("--pairs", err) from None
+        raise flag_error("--pairs", err) from None
     if len(pairs) != 1:
         raise UsageError(
-            f"--model cnv takes one language pair a-b (its NMT pair a->b and b->a), got --pairs {args.pairs}"
+            f"--model cnv takes one language pair a-b (its NMT pair a->b and b->a), got --pairs {spec.pairs}"
         )
-    if args.tokenizer:
+    if spec.tokenizer:
         raise UsageError("--tokenizer is not used by --model cnv: each NMT model brings its own tokenizer")
     if recipe.batching != "pair":
         raise UsageError(f"--batching {recipe.batching}: --model cnv trains on pair batches (--batching pair)")
-    if args.nmt_steps is not None and args.nmt_steps < 1:
-        raise UsageError(f"--nmt-steps {args.nmt_steps}: must be at least 1")
-    cnv_set, nmt_set = _split_set(args.set)
+    if spec.nmt_steps is not None and spec.nmt_steps < 1:
+        raise UsageError(f"--nmt-steps {spec.nmt_steps}: must be at least 1")
+    cnv_set, nmt_set = _split_set(spec.set)
     nmt_pair = None
-    if args.nmt_pair:
-        nmt_pair = tuple(part.strip() for part in args.nmt_pair.split(","))
+    if spec.nmt_pair:
+        nmt_pair = tuple(part.strip() for part in spec.nmt_pair.split(","))
         if len(nmt_pair) != 2 or not all(nmt_pair):
-            raise UsageError(f"--nmt-pair {args.nmt_pair}: expected A_TO_B,B_TO_A (two model folders or Hub ids)")
-        if args.nmt_steps is not None or nmt_set:
-            what = "--nmt-steps" if args.nmt_steps is not None else "--set nmt.*"
+            raise UsageError(f"--nmt-pair {spec.nmt_pair}: expected A_TO_B,B_TO_A (two model folders or Hub ids)")
+        if spec.nmt_steps is not None or nmt_set:
+            what = "--nmt-steps" if spec.nmt_steps is not None else "--set nmt.*"
             raise UsageError(f"{what} trains the NMT pair, --nmt-pair uses existing ones: give one of them")
     overrides = config_overrides(cnv_set, CNVConfig)
     fixed = sorted(set(overrides) & set(PAIR_KEYS))
     if fixed:
         raise UsageError(f"--set {', '.join(fixed)}: set by --pairs and the NMT pair, not by --set")
-    preset = get_preset("cnv", args.preset)
+    preset = get_preset("cnv", spec.preset)
     cnv_kwargs = {**preset.config_kwargs, **overrides}
     try:
         CNVConfig(languages=list(pairs[0]), **cnv_kwargs)
     except ValueError as err:
         raise UsageError(f"model config ({preset.name} with --set {cnv_set}): {err}") from None
     nmt_overrides = config_overrides(nmt_set, MarianConfig) if nmt_set else {}
-    nmt = nmt_with_data(preset.nmt, recipe, args.nmt_steps, nmt_overrides)
+    nmt = nmt_with_data(preset.nmt, recipe, spec.nmt_steps, nmt_overrides)
     try:
         MarianConfig(**nmt.config_kwargs)
     except ValueError as err:
@@ -168,29 +160,22 @@ def check_cnv_args(args: argparse.Namespace, recipe: Recipe) -> CNVPlan:
     if nmt_pair:
         for source in nmt_pair:
             check_nmt_source(source)
-    return CNVPlan(pairs[0], plan_data(args).sources, cnv_kwargs, nmt, nmt_pair, nmt_set)
+    return CNVPlan(pairs[0], plan_data(spec).sources, cnv_kwargs, nmt, nmt_pair, nmt_set)
 
 
-def _saved_record(out: Path) -> dict | None:
-    try:
-        return json.loads((out / RECORD).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
-def check_cnv_output_dir(args: argparse.Namespace) -> tuple[Path | None, dict | None]:
+def check_cnv_output_dir(spec: RunSpec) -> tuple[Path | None, dict | None]:
     """(the stage-2 checkpoint to resume from, the record of the run continued); ``--resume auto`` in a cNV run
     dir without stage-2 checkpoints continues its stage 1. The rest as ``check_output_dir``."""
-    out = Path(args.output_dir)
-    saved = _saved_record(out) if out.is_dir() else None
+    out = spec.out
+    saved = read_record(out) if out.is_dir() else None
     if saved is not None and saved.get("args", {}).get("model") != "cnv":
         saved = None
-    if args.resume == "auto" and not args.overwrite and saved and get_last_checkpoint(str(out)) is None:
+    if spec.resume == "auto" and not spec.overwrite and saved and get_last_checkpoint(str(out)) is None:
         logger.info("--resume auto: no stage-2 checkpoint in %s; continuing the cNV run from its NMT pair", out)
         checkpoint = None
     else:
-        checkpoint = check_output_dir(args)
-    if checkpoint is None and not (args.resume and saved):
+        checkpoint = check_output_dir(spec)
+    if checkpoint is None and not (spec.resume and saved):
         return None, None
     if checkpoint is not None:
         if checkpoint.resolve().parent != out.resolve():
@@ -198,19 +183,19 @@ def check_cnv_output_dir(args: argparse.Namespace) -> tuple[Path | None, dict | 
                 f"--resume {checkpoint}: a cNV run resumes from a checkpoint of its own --output-dir ({out}), "
                 "whose NMT pair it reuses"
             )
-        check_resume(checkpoint, args)
+        check_resume(checkpoint, spec)
         if saved is None:
             raise UsageError(f"--resume {checkpoint}: no {RECORD} in {out}, not a cNV run dir")
     saved_args = saved["args"]
     differ = [
-        f"--{flag.replace('_', '-')} {saved_args.get(flag)} (now {getattr(args, flag)})"
+        f"--{flag.replace('_', '-')} {saved_args.get(flag)} (now {getattr(spec, flag)})"
         for flag in STAGE1_FLAGS
-        if saved_args.get(flag) != getattr(args, flag)
+        if saved_args.get(flag) != getattr(spec, flag)
     ]
-    if saved_args.get("preset") != args.preset:
-        differ.append(f"--preset {saved_args.get('preset')} (now {args.preset})")
-    if _split_set(saved_args.get("set", []))[1] != _split_set(args.set)[1]:
-        differ.append(f"--set nmt.* {_split_set(saved_args.get('set', []))[1]} (now {_split_set(args.set)[1]})")
+    if saved_args.get("preset") != spec.preset:
+        differ.append(f"--preset {saved_args.get('preset')} (now {spec.preset})")
+    if _split_set(saved_args.get("set", []))[1] != _split_set(spec.set)[1]:
+        differ.append(f"--set nmt.* {_split_set(saved_args.get('set', []))[1]} (now {_split_set(spec.set)[1]})")
     if differ:
         raise UsageError(
             f"--resume: {out} was trained with {'; '.join(differ)}; resume with the same values, or start a new "
@@ -224,21 +209,21 @@ def _same_tokenizer(first: PreTrainedTokenizerBase, second: PreTrainedTokenizerB
     return first is second or (None not in backends and backends[0].to_str() == backends[1].to_str())
 
 
-def train_cnv(args: argparse.Namespace) -> LaserTrainer:
+def train_cnv(spec: RunSpec) -> LaserTrainer:
     """Run ``hf-tlaser train --model cnv`` (see the module docstring); returns the stage-2 trainer.
 
     Raises UsageError (before reading any corpus where it can) on a mistake the user can fix.
     """
-    preset = get_preset("cnv", args.preset)
-    recipe = _recipe(args, preset)
-    plan = check_cnv_args(args, recipe)
-    checkpoint, saved = check_cnv_output_dir(args)
+    preset = get_preset("cnv", spec.preset)
+    recipe = spec.recipe(preset)
+    plan = check_cnv_args(spec, recipe)
+    checkpoint, saved = check_cnv_output_dir(spec)
     if checkpoint is not None:
         step = check_checkpoint(checkpoint)
         logger.info("resuming stage 2 from %s (step %d)", checkpoint, step)
-    data_dir = args.data_dir
+    data_dir = spec.data_dir
     a, b = plan.pair
-    out = Path(args.output_dir)
+    out = spec.out
     folders = {direction: out / nmt_folder(*direction) for direction in ((a, b), (b, a))}
     done = (saved or {}).get("nmt", {})
     if checkpoint is not None and not plan.nmt_pair:
@@ -246,58 +231,24 @@ def train_cnv(args: argparse.Namespace) -> LaserTrainer:
         if unfinished:
             raise UsageError(f"--resume {checkpoint}: the NMT models {unfinished} of this run never finished")
 
-    run = RunOptions.from_args(args)
-    training_args, main_process, present = open_output_dir(run, out, recipe, args)  # joins the process group
-    record = new_record(args, recipe, preset, run)
-    record["nmt_preset"] = {
+    run = Run.open(spec, preset, recipe, checkpoint)  # joins the process group
+    run.record["nmt_preset"] = {
         "config": plan.nmt.config_kwargs,
         "steps": plan.nmt.steps,
         "recipe": asdict(plan.nmt.recipe),
     }
-    record["nmt"] = dict(done)
-    record["outputs"] = _recorded_outputs(out)
+    run.record["nmt"] = dict(done)
+    run.record["outputs"] = recorded_outputs(out)
 
     dataset = None
     if plan.nmt_pair:
         sources = plan.nmt_pair
-        record["nmt"] = {nmt_folder(*d): {"source": s, "trained": False} for d, s in zip(folders, sources)}
+        run.record["nmt"] = {nmt_folder(*d): {"source": s, "trained": False} for d, s in zip(folders, sources)}
     else:
         sources = tuple(str(folder) for folder in folders.values())
-        tokenizer_folder = next((f for f in folders.values() if (f / "tokenizer.json").is_file()), None)
-        if saved and tokenizer_folder is not None:
-            logger.info("NMT tokenizer: %s (saved with the run)", tokenizer_folder)
-            tokenizer = AutoTokenizer.from_pretrained(tokenizer_folder)
-        else:
-            tokenizer = train_marian_bpe(plan.pair, plan.corpora, data_dir, recipe.vocab_size, recipe.max_lines)
-        set_seed(args.seed)
-        dataset = load_pair_corpora(plan.pair, tokenizer, recipe, plan.corpora, data_dir)
-        if main_process:  # the first files of the run: a mistake found above leaves the output dir as it was
-            record["outputs"] = sorted(set(record["outputs"]) | {f.name for f in folders.values()})
-            for folder in folders.values():
-                if not finished_nmt(folder):
-                    save_tokenizer(tokenizer, folder)
-            write_record(out, record)
-        for direction, folder in folders.items():
-            entry = record["nmt"].get(folder.name, {})
-            if entry.get("finished") and finished_nmt(folder):
-                logger.info("stage 1: reusing the finished NMT model %s (%d updates)", folder, entry["updates"])
-                continue
-            resume = get_last_checkpoint(str(folder)) if saved and folder.is_dir() else None
-            if resume is not None:
-                check_checkpoint(Path(resume))
-                logger.info("stage 1: resuming %s from %s", folder.name, resume)
-            nmt_args = run.training_arguments(folder, plan.nmt.recipe, plan.nmt.steps)
-            result = train_nmt(dataset, tokenizer, direction, folder, plan.nmt, nmt_args, resume_from=resume)
-            record["nmt"][folder.name] = {
-                "finished": True,
-                "updates": result.updates,
-                "first_loss_mt_per_token": result.first_loss,
-                "last_loss_mt_per_token": result.last_loss,
-            }
-            if main_process:
-                write_record(out, record)
+        dataset = train_stage_1(run, plan, folders, saved)
 
-    set_seed(args.seed)
+    set_seed(spec.seed)
     model = CNVModel.from_nmt_pair(*sources, languages=plan.pair, **plan.cnv_kwargs)
     if checkpoint is not None:
         check_resume_config(checkpoint, model.config)
@@ -307,8 +258,7 @@ def train_cnv(args: argparse.Namespace) -> LaserTrainer:
     lengths = sentence_lengths(dataset, tok_ab, [a, b])  # a: source of a->b; b: source of b->a
     if not _same_tokenizer(tok_ab, tok_ba):
         lengths[b] = sentence_lengths(dataset.select_columns([b]), tok_ba, [b])[b]
-    source = f"--corpora {args.corpora} --pairs {args.pairs}"
-    sampler = plan_batches(lengths, recipe, [plan.pair], training_args, source)
+    sampler = run.plan_batches(lengths, [plan.pair], f"--corpora {spec.corpora} --pairs {spec.pairs}")
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     logger.info(
         "%s: %.2fM trainable of %.1fM parameters (NMT frozen: %s), d_h %d, r %d, beta %s, %d micro-batches/epoch/"
@@ -321,18 +271,48 @@ def train_cnv(args: argparse.Namespace) -> LaserTrainer:
         model.config.num_summary_heads,
         model.config.distance_beta,
         len(sampler),
-        training_args.gradient_accumulation_steps,
-        args.max_steps,
+        run.training_args.gradient_accumulation_steps,
+        spec.max_steps,
     )
-    if main_process:
-        write_record(out, record)
-    trainer = LaserTrainer(
-        model=model,
-        args=training_args,
-        train_dataset=ParallelExamples(dataset, plan.pair),
-        data_collator=CNVCollator(tok_ab, tok_ba, plan.pair),
-        batch_sampler=sampler,
-        warmup_init_lr=recipe.warmup_init_lr,
-        callbacks=[TimeBudgetCallback(args.max_minutes)] if args.max_minutes else None,
-    )
-    return fit_and_save(trainer, checkpoint, record if main_process else None, present)
+    run.write_record()
+    return run.fit(model, ParallelExamples(dataset, plan.pair), CNVCollator(tok_ab, tok_ba, plan.pair), sampler)
+
+
+def train_stage_1(run: Run, plan: CNVPlan, folders: dict[tuple[str, str], Path], saved: dict | None):
+    """Stage 1: the NMT pair a->b and b->a into ``folders`` (a finished direction is reused, an unfinished one of a
+    resumed run continues from its last checkpoint), each direction's result in ``run.record``; returns the cleaned
+    corpora (the dataset of stage 2)."""
+    spec, recipe = run.spec, run.recipe
+    tokenizer_folder = next((f for f in folders.values() if (f / "tokenizer.json").is_file()), None)
+    if saved and tokenizer_folder is not None:
+        logger.info("NMT tokenizer: %s (saved with the run)", tokenizer_folder)
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_folder)
+    else:
+        tokenizer = train_marian_bpe(plan.pair, plan.corpora, spec.data_dir, recipe.vocab_size, recipe.max_lines)
+    set_seed(spec.seed)
+    dataset = load_pair_corpora(plan.pair, tokenizer, recipe, plan.corpora, spec.data_dir)
+    if run.main_process:  # the first files of the run: a mistake found above leaves the output dir as it was
+        run.record["outputs"] = sorted(set(run.record["outputs"]) | {f.name for f in folders.values()})
+        for folder in folders.values():
+            if not finished_nmt(folder):
+                save_tokenizer(tokenizer, folder)
+        run.write_record()
+    for direction, folder in folders.items():
+        entry = run.record["nmt"].get(folder.name, {})
+        if entry.get("finished") and finished_nmt(folder):
+            logger.info("stage 1: reusing the finished NMT model %s (%d updates)", folder, entry["updates"])
+            continue
+        resume = get_last_checkpoint(str(folder)) if saved and folder.is_dir() else None
+        if resume is not None:
+            check_checkpoint(Path(resume))
+            logger.info("stage 1: resuming %s from %s", folder.name, resume)
+        nmt_args = run.options.training_arguments(folder, plan.nmt.recipe, plan.nmt.steps)
+        result = train_nmt(dataset, tokenizer, direction, folder, plan.nmt, nmt_args, resume_from=resume)
+        run.record["nmt"][folder.name] = {
+            "finished": True,
+            "updates": result.updates,
+            "first_loss_mt_per_token": result.first_loss,
+            "last_loss_mt_per_token": result.last_loss,
+        }
+        run.write_record()
+    return dataset

@@ -45,8 +45,8 @@ from hf_tlaser.data import (
 from hf_tlaser.data.collator import IGNORE_INDEX, Seq2SeqCollator
 from hf_tlaser.errors import UsageError
 from hf_tlaser.tokenization import save_tokenizer, train_tokenizer
-from hf_tlaser.training.cli import RunOptions, plan_batches
 from hf_tlaser.training.presets import NMTPreset, Recipe, get_preset
+from hf_tlaser.training.run import RunOptions, plan_batches
 from hf_tlaser.training.trainer import LaserTrainer
 
 logger = logging.getLogger("hf_tlaser.train")

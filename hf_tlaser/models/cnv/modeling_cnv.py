@@ -36,6 +36,7 @@ from transformers.utils import ModelOutput, logging
 
 from .configuration_cnv import CNVConfig
 from .sentence_embedding import (
+    SharedCodeMixin,
     centered_pair_cosine,
     encode_texts,
     mean_pairwise_cosine,
@@ -158,7 +159,7 @@ def _width(config) -> int:
     return getattr(config, "d_model", None) or config.hidden_size
 
 
-class CNVPreTrainedModel(PreTrainedModel):
+class CNVPreTrainedModel(SharedCodeMixin, PreTrainedModel):
     config_class = CNVConfig
     config: CNVConfig
     base_model_prefix = "cnv"

@@ -119,8 +119,8 @@ class LaserConfig(PretrainedConfig):
         self.align_scale = align_scale
         self.unk_token_id = unk_token_id
         self.cls_token_id = cls_token_id
-        self.decoder_start_token_id = decoder_start_token_id
         super().__init__(
+            decoder_start_token_id=decoder_start_token_id,  # transformers 4.x's PretrainedConfig sets it
             pad_token_id=pad_token_id,
             eos_token_id=eos_token_id,
             tie_word_embeddings=tie_word_embeddings,

@@ -19,7 +19,13 @@ from transformers import PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 
 from .configuration_laser import LaserConfig
-from .sentence_embedding import SentenceEncoderMixin, TranslationMixin, right_padded_lengths, run_rnn
+from .sentence_embedding import (
+    SentenceEncoderMixin,
+    SharedCodeMixin,
+    TranslationMixin,
+    right_padded_lengths,
+    run_rnn,
+)
 
 try:  # transformers >= 5 tracks which weights were loaded; older versions use torch.nn.init directly
     from transformers import initialization as init
@@ -27,7 +33,7 @@ except ImportError:  # pragma: no cover
     from torch.nn import init
 
 
-class LaserPreTrainedModel(PreTrainedModel):
+class LaserPreTrainedModel(SharedCodeMixin, PreTrainedModel):
     config_class = LaserConfig
     config: LaserConfig
     base_model_prefix = "encoder"

@@ -20,10 +20,11 @@ from transformers.utils import ModelOutput
 from .configuration_ldt import LDTConfig
 from .sentence_embedding import (
     SentenceEncoderMixin,
-    _stack_padded,
+    SharedCodeMixin,
     add_sentence_transformers_files,
     centered_pair_cosine,
     mean_pairwise_cosine,
+    stack_padded,
 )
 
 try:  # transformers >= 5 tracks which weights were loaded; older versions use torch.nn.init directly
@@ -234,7 +235,7 @@ class LDTPredictionHead(nn.Module):
         return F.linear(self.layer_norm(self.act(self.dense(hidden))), embedding_weight, self.bias)
 
 
-class LDTPreTrainedModel(PreTrainedModel):
+class LDTPreTrainedModel(SharedCodeMixin, PreTrainedModel):
     config_class = LDTConfig
     config: LDTConfig
     base_model_prefix = "encoder"
@@ -460,8 +461,8 @@ class LDTForAlignment(LDTPreTrainedModel):
         text_a, text_b = self.text_tokens(input_ids, mask_a), self.text_tokens(tgt_input_ids, mask_b)
         masked_a, masked_b = self._masked_positions(masked_positions, tgt_masked_positions, text_a, text_b)
 
-        ids, mask = _stack_padded((input_ids, mask_a), (tgt_input_ids, mask_b), pad_id=cfg.pad_token_id)
-        masked, _ = _stack_padded((masked_a.long(), mask_a), (masked_b.long(), mask_b), pad_id=0)
+        ids, mask = stack_padded((input_ids, mask_a), (tgt_input_ids, mask_b), pad_id=cfg.pad_token_id)
+        masked, _ = stack_padded((masked_a.long(), mask_a), (masked_b.long(), mask_b), pad_id=0)
         masked = masked.bool()
         encoded = self.encoder(ids.masked_fill(masked, cfg.masking_token_id), mask)
         vectors = encoded.pooler_output

@@ -14,7 +14,7 @@ from transformers.activations import ACT2FN
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 
 from .configuration_tlaser import TLaserConfig
-from .sentence_embedding import SentenceEncoderMixin, TranslationMixin
+from .sentence_embedding import SentenceEncoderMixin, SharedCodeMixin, TranslationMixin
 
 try:  # transformers >= 5 tracks which weights were loaded; older versions use torch.nn.init directly
     from transformers import initialization as init
@@ -146,7 +146,7 @@ class TLaserEncoderLayer(nn.Module):
         return hidden + self.dropout(self.ffn(self.final_layer_norm(hidden)))
 
 
-class TLaserPreTrainedModel(PreTrainedModel):
+class TLaserPreTrainedModel(SharedCodeMixin, PreTrainedModel):
     config_class = TLaserConfig
     config: TLaserConfig
     base_model_prefix = "encoder"

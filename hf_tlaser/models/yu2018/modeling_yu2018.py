@@ -21,13 +21,14 @@ from transformers.modeling_outputs import BaseModelOutputWithPooling
 from .configuration_yu2018 import Yu2018Config
 from .sentence_embedding import (
     SentenceEncoderMixin,
+    SharedCodeMixin,
     TranslationMixin,
     TranslationOutput,
-    _stack_padded,
     centered_pair_cosine,
     mean_pairwise_cosine,
     right_padded_lengths,
     run_rnn,
+    stack_padded,
 )
 
 try:  # transformers >= 5 tracks which weights were loaded; older versions use torch.nn.init directly
@@ -36,7 +37,7 @@ except ImportError:  # pragma: no cover
     from torch.nn import init
 
 
-class Yu2018PreTrainedModel(PreTrainedModel):
+class Yu2018PreTrainedModel(SharedCodeMixin, PreTrainedModel):
     config_class = Yu2018Config
     config: Yu2018Config
     base_model_prefix = "encoder"
@@ -327,7 +328,7 @@ class Yu2018ForTranslation(TranslationMixin, Yu2018PreTrainedModel):
         device, num_src = input_ids.device, input_ids.shape[0]
         both = tgt_input_ids is not None
         if both:
-            input_ids, attention_mask = _stack_padded(
+            input_ids, attention_mask = stack_padded(
                 (input_ids, attention_mask), (tgt_input_ids, tgt_attention_mask), pad_id=cfg.pad_token_id
             )
         vectors = self.encoder(input_ids=input_ids, attention_mask=attention_mask).pooler_output

@@ -1,0 +1,920 @@
+"""Model code shared by every family (T-LASER / cT-LASER, LASER, Yu 2018, LDT, cNV): the cT-LASER
+distance-constraint loss (Li & Mak 2020, eq. 7-10), the optional in-batch alignment loss, token-budget ``encode``,
+the sentence-transformers layout written by every ``save_pretrained``, and decoding from sentence vectors through
+transformers' ``GenerationMixin`` with a decoder cache.
+
+This is the one copy. Each family folder has a ``sentence_embedding.py`` that makes itself an alias of this module,
+so that its ``modeling_*.py`` imports ``from .sentence_embedding import ...``: the relative import that transformers
+follows when it saves a ``trust_remote_code`` folder and loads it again. Saving copies that alias into the folder;
+``SharedCodeMixin.save_pretrained`` then writes this file in its place (``save_shared_code``), so a saved folder is
+self-contained and loads where hf_tlaser is not installed. This file therefore imports only torch, transformers and
+the standard library, and no other file of the package.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from transformers import GenerationConfig, GenerationMixin
+from transformers.cache_utils import Cache
+from transformers.utils import ModelOutput, logging
+
+logger = logging.get_logger(__name__)
+
+
+@dataclass
+class DistanceLossOutput:
+    """Parts of the distance-constraint loss for one batch of parallel pairs.
+
+    Attributes:
+        total: beta * sum_i d_p(i) + lambda / N_s * sum_j sum_i (hinge_ab + hinge_ba), a scalar (eq. 10 without the
+            translation term).
+        d_p: normalised distance of each parallel pair, shape [B] (eq. 7).
+        d_n: normalised distance of each a->b negative, shape [N_s, B] (eq. 8).
+        hinge: hinge_ab + hinge_ba for each negative, shape [N_s, B] (eq. 9).
+        v_norm: the normaliser, mean L2 norm of the two batch-mean vectors.
+    """
+
+    total: torch.Tensor
+    d_p: torch.Tensor
+    d_n: torch.Tensor
+    hinge: torch.Tensor
+    v_norm: torch.Tensor
+
+
+def unique_pairs(
+    pair_index: torch.LongTensor, group_index: torch.LongTensor | None = None
+) -> tuple[torch.LongTensor, torch.LongTensor]:
+    """Pairs of encoded rows with repeats removed (a-b and b-a of a multi-way group are one pair of vectors), and
+    the group of each: ``(pairs [P', 2], groups [P'])``. ``group_index`` defaults to every pair its own group.
+
+    Rows come out sorted (smaller row first, pairs in lexicographic order), so pair-mode batches keep their order.
+    """
+    if group_index is None:
+        group_index = torch.arange(len(pair_index), device=pair_index.device)
+    if group_index.shape != pair_index.shape[:1]:
+        raise ValueError(
+            f"group_index {tuple(group_index.shape)} needs one entry per pair of {tuple(pair_index.shape)}"
+        )
+    pairs, inverse = pair_index.sort(dim=1).values.unique(dim=0, return_inverse=True)
+    return pairs, group_index.new_empty(len(pairs)).scatter_(0, inverse, group_index)
+
+
+def sample_negatives(
+    batch_size: int,
+    num_negatives: int,
+    device: torch.device | None = None,
+    generator: torch.Generator | None = None,
+    groups: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Draw ``num_negatives`` in-batch negative indices for every row: LongTensor[N_s, B].
+
+    A row's candidates are the rows of other groups (``groups``: LongTensor[B], the group of each pair; default:
+    every row its own group, so a row excludes only itself). In a multi-way batch the other translations of the
+    same group are not negatives. Sampling is uniform among the candidates, with replacement, as in the authors'
+    code (which could also pick the positive). With all groups distinct this is the pair-mode draw, identical for
+    the same RNG state. A row has no candidate only when the whole batch is one group; that raises ValueError.
+    """
+    rows = torch.arange(batch_size, device=device)
+    groups = rows if groups is None else groups.to(rows.device)
+    candidate = groups[None, :] != groups[:, None]  # [B, B]: column j is a candidate negative of row i
+    counts = candidate.sum(1)
+    if batch_size == 0 or not bool(counts.all()):
+        raise ValueError(f"in-batch negatives need pairs from at least 2 groups; got {batch_size} pair(s) of 1 group")
+    if bool((counts == batch_size - 1).all()):  # every other row is a candidate: the pair-mode draw
+        draw = torch.randint(0, batch_size - 1, (num_negatives, batch_size), device=device, generator=generator)
+    else:
+        uniform = torch.rand((num_negatives, batch_size), device=device, generator=generator)
+        draw = torch.minimum((uniform * counts).long(), counts - 1)
+    # the draw-th candidate of each row (for distinct groups: draw + (draw >= row))
+    position = candidate.long().cumsum(1)
+    return torch.searchsorted(position, draw.T.contiguous() + 1).T
+
+
+def distance_constraint_loss(
+    p_a: torch.Tensor,
+    p_b: torch.Tensor,
+    neg_ab: torch.Tensor,
+    neg_ba: torch.Tensor,
+    *,
+    alpha: float = 0.5,
+    beta: float = 0.25,
+    lam: float = 0.125,
+    distance: str = "l2",
+    eps: float = 1e-6,
+    vnorm_grad: bool = True,
+) -> DistanceLossOutput:
+    """cT-LASER distance constraint between parallel sentence vectors ``p_a[i]`` and ``p_b[i]``.
+
+    Args:
+        p_a, p_b: sentence vectors [B, d]; row i of each is a translation pair.
+        neg_ab: LongTensor[N_s, B] of indices into ``p_b``: negatives of ``p_a[i]``.
+        neg_ba: LongTensor[N_s, B] of indices into ``p_a``: negatives of ``p_b[i]``.
+        alpha: hinge margin. beta: weight of d_p. lam: weight of the averaged hinge terms.
+        distance: "l2" (authors' code, plain norm) or "squared_l2" (paper text, eq. 7-8).
+        eps: added to v_norm. vnorm_grad: False detaches v_norm from the graph.
+    """
+    if distance not in ("l2", "squared_l2"):
+        raise ValueError(f"distance={distance!r}; expected 'l2' or 'squared_l2'")
+    if p_a.shape != p_b.shape or p_a.dim() != 2:
+        raise ValueError(f"p_a {tuple(p_a.shape)} and p_b {tuple(p_b.shape)} must both be [B, d]")
+    p_a, p_b = p_a.float(), p_b.float()
+    v_norm = (p_a.mean(0).norm() + p_b.mean(0).norm()) / 2
+    if not vnorm_grad:
+        v_norm = v_norm.detach()
+    scale = v_norm + eps
+
+    def dist(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        diff = x - y
+        sq = (diff * diff).sum(-1)
+        # identical sentences (names, numbers) give sq = 0, where sqrt has an infinite gradient
+        return (sq if distance == "squared_l2" else sq.clamp_min(1e-12).sqrt()) / scale
+
+    d_p = dist(p_a, p_b)  # eq. (7)
+    d_n_ab = dist(p_a.unsqueeze(0), p_b[neg_ab])  # eq. (8), [N_s, B]
+    d_n_ba = dist(p_b.unsqueeze(0), p_a[neg_ba])
+    hinge = F.relu(alpha - (d_n_ab - d_p)) + F.relu(alpha - (d_n_ba - d_p))  # eq. (9), both directions
+    total = beta * d_p.sum() + lam / neg_ab.shape[0] * hinge.sum()  # eq. (10) without 0.5 * l_mt
+    return DistanceLossOutput(total=total, d_p=d_p, d_n=d_n_ab, hinge=hinge, v_norm=v_norm)
+
+
+def align_loss(
+    p_a: torch.Tensor, p_b: torch.Tensor, scale: float = 20.0, groups: torch.Tensor | None = None
+) -> torch.Tensor:
+    """In-batch alignment loss (Lightweight Dual Transformer, eq. 5), summed over the batch.
+
+    Cross entropy of each pair against the other sentences of the batch, in both directions, on cosine similarity
+    times ``scale`` (the paper uses raw inner products; cosine keeps the scale of the vectors free). ``groups``
+    (LongTensor[B]): other pairs of the same group (multi-way translations of one another) are masked out, neither
+    positives nor negatives.
+    """
+    logits = scale * F.normalize(p_a.float(), dim=-1) @ F.normalize(p_b.float(), dim=-1).T
+    target = torch.arange(logits.shape[0], device=logits.device)
+    if groups is not None:
+        same_group = (groups[:, None] == groups[None, :]) & (target[:, None] != target[None, :])
+        logits = logits.masked_fill(same_group, float("-inf"))
+    return F.cross_entropy(logits, target, reduction="sum") + F.cross_entropy(logits.T, target, reduction="sum")
+
+
+@torch.no_grad()
+def mean_pairwise_cosine(vectors: torch.Tensor) -> torch.Tensor:
+    """Mean cosine between distinct rows: near 1 means the vectors have collapsed onto one direction."""
+    n = vectors.shape[0]
+    if n < 2:
+        return vectors.new_zeros(())
+    unit = F.normalize(vectors.float(), dim=-1)
+    total = unit.sum(0)
+    return ((total @ total) - n) / (n * (n - 1))
+
+
+@torch.no_grad()
+def centered_pair_cosine(vectors: torch.Tensor, pair_index: torch.LongTensor) -> torch.Tensor | None:
+    """Mean cosine between the two sides of each translation pair after removing the batch mean vector.
+
+    The raw mean cosine is dominated by the component every sentence shares (a large common offset reads as
+    collapse). Without it, translations of each other still point the same way (toward 1) only if the vectors carry
+    what is specific to the sentence; collapsed vectors leave noise (near 0). (The mean cosine between all centred
+    vectors would say nothing: it is about -1 / (n - 1) whatever the vectors.) None for fewer than 2 pairs.
+    """
+    if len(pair_index) < 2:
+        return None
+    centred = vectors.float() - vectors.float().mean(0)
+    return F.cosine_similarity(centred[pair_index[:, 0]], centred[pair_index[:, 1]], dim=-1).mean()
+
+
+# model_type -> sentence-transformers pooling mode. T-LASER's sentence vector is the final encoder output at STR_TAG
+# (position 0); LASER's is the max over the non-pad BiLSTM outputs, and LaserModel's last_hidden_state is exactly
+# those outputs (zeros at padding, which Pooling masks out), so sentence-transformers' max pooling reproduces it.
+POOLING = {"tlaser": "cls", "laser": "max", "yu2018": "mean", "ldt": "mean"}
+_LEGACY_POOLING_KEYS = {
+    "cls": "pooling_mode_cls_token",
+    "mean": "pooling_mode_mean_tokens",
+    "max": "pooling_mode_max_tokens",
+    "mean_sqrt_len": "pooling_mode_mean_sqrt_len_tokens",
+    "weightedmean": "pooling_mode_weightedmean_tokens",
+    "lasttoken": "pooling_mode_lasttoken",
+}
+_NORMALIZE_MODULE = "sentence_transformers.models.Normalize"
+
+
+def read_model_config(model_dir: str | os.PathLike) -> dict:
+    """The folder's ``config.json`` as a dict (read as JSON: no model code runs)."""
+    path = Path(model_dir) / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{model_dir} has no config.json; is it a save_pretrained model folder?")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def embedding_dim(config: dict) -> int:
+    """Sentence-vector size: ``hidden_size`` (LASER configs derive it as 2 * lstm_hidden_size)."""
+    if "hidden_size" in config:
+        return int(config["hidden_size"])
+    return 2 * int(config["lstm_hidden_size"])
+
+
+def pooling_mode(config: dict) -> str | None:
+    """sentence-transformers pooling mode that reproduces the model's ``pooler_output``; None where it has none (a
+    Yu 2018 model with ``pooling="self_attention"``)."""
+    model_type = config.get("model_type")
+    if model_type not in POOLING:
+        raise ValueError(f"model_type={model_type!r} is not an hf_tlaser model; expected one of {sorted(POOLING)}")
+    if model_type == "yu2018":  # pools as its config says
+        return {"mean": "mean", "max": "max"}.get(config.get("pooling", "mean"))
+    return POOLING[model_type]
+
+
+def has_sentence_transformers_files(model_dir: str | os.PathLike) -> bool:
+    """Whether the folder already has a sentence-transformers layout (``modules.json``)."""
+    return (Path(model_dir) / "modules.json").is_file()
+
+
+def _versions() -> dict[str, str]:
+    found = {}
+    for key, dist in (
+        ("sentence_transformers", "sentence-transformers"),
+        ("transformers", "transformers"),
+        ("pytorch", "torch"),
+    ):
+        try:
+            found[key] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def _write_json(path: Path, value: object) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(value, indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def add_sentence_transformers_files(
+    model_dir: str | os.PathLike,
+    normalize: bool | None = None,
+    max_seq_length: int | None = None,
+) -> list[Path]:
+    """Write ``modules.json``, ``sentence_bert_config.json``, ``1_Pooling/config.json`` and
+    ``config_sentence_transformers.json`` into a saved model folder; return the written paths.
+
+    Every ``save_pretrained`` of the hf_tlaser models calls this, so ``SentenceTransformer(folder,
+    trust_remote_code=True)`` pools like ``encode``: CLS (STR_TAG) for T-LASER, max for LASER. The files use the
+    module names and config keys sentence-transformers has read since 2.x (``models.Transformer`` / ``Pooling`` /
+    ``Normalize``, ``pooling_mode_*`` booleans). ``pipeline("feature-extraction", model=folder,
+    trust_remote_code=True)`` loads the same encoder and returns its per-token final-layer outputs: the sentence
+    vector is position 0 for T-LASER and the max over the tokens for LASER.
+
+    ``normalize`` appends a ``Normalize`` module (unit vectors); None keeps the folder's current choice (none for a
+    new folder), True/False rewrite it. ``max_seq_length`` (default: ``max_position_embeddings``) is where
+    sentence-transformers truncates.
+    """
+    folder = Path(model_dir)
+    config = read_model_config(folder)
+    mode = pooling_mode(config)
+    if mode is None:  # sentence-transformers cannot pool like this model: no layout
+        return []
+    if normalize is None:
+        modules_path = folder / "modules.json"
+        old = json.loads(modules_path.read_text(encoding="utf-8")) if modules_path.is_file() else []
+        normalize = any(module.get("type") == _NORMALIZE_MODULE for module in old)
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    ]
+    if normalize:
+        modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": _NORMALIZE_MODULE})
+    pooling = {"word_embedding_dimension": embedding_dim(config)}
+    pooling.update({key: name == mode for name, key in _LEGACY_POOLING_KEYS.items()})
+    pooling["include_prompt"] = True
+    length = max_seq_length or int(config.get("max_position_embeddings", 512))
+    return [
+        _write_json(folder / "modules.json", modules),
+        _write_json(folder / "sentence_bert_config.json", {"max_seq_length": length, "do_lower_case": False}),
+        _write_json(folder / "1_Pooling" / "config.json", pooling),
+        _write_json(
+            folder / "config_sentence_transformers.json",
+            {
+                "__version__": _versions(),
+                "model_type": "SentenceTransformer",
+                "prompts": {},
+                "default_prompt_name": None,
+                "similarity_fn_name": "cosine",
+            },
+        ),
+    ]
+
+
+def cpu_autocast_lacks_rnn() -> bool:
+    """True under CPU autocast to a dtype this CPU's oneDNN has no RNN kernel for (bf16 without native bf16, fp16
+    without AVX512-FP16/AMX-FP16): there ``nn.LSTM`` / ``nn.GRU`` raise "could not create a primitive descriptor"."""
+    if not torch.is_autocast_enabled("cpu"):
+        return False
+    dtype = torch.get_autocast_dtype("cpu")
+    check = {torch.bfloat16: "_is_mkldnn_bf16_supported", torch.float16: "_is_mkldnn_fp16_supported"}.get(dtype)
+    if check is None:
+        return False
+    try:
+        return not getattr(torch.ops.mkldnn, check)()
+    except (AttributeError, RuntimeError):  # a torch build without oneDNN: stay on the safe side
+        return True
+
+
+def run_rnn(rnn: torch.nn.RNNBase, inputs, state=None):
+    """``rnn(inputs, state)`` (LSTM or GRU), in fp32 with autocast off where the CPU cannot run it in the autocast
+    dtype.
+
+    ``inputs`` is a tensor or a ``PackedSequence``; the outputs are then fp32 (the ops after the RNN autocast
+    again). On CUDA and on CPUs with native bf16 the RNN runs under autocast as usual.
+    """
+    if inputs.data.device.type != "cpu" or not cpu_autocast_lacks_rnn():
+        return rnn(inputs, state)
+    if state is not None:
+        state = tuple(s.float() for s in state) if isinstance(state, tuple) else state.float()
+    with torch.autocast("cpu", enabled=False):
+        return rnn(inputs.float(), state)
+
+
+def right_padded_lengths(
+    input_ids: torch.LongTensor, attention_mask: torch.Tensor | None, config, name: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The mask (default: ids != pad) and lengths of right-padded inputs for a packed RNN encoder; ValueError for an
+    input longer than ``config.max_position_embeddings``, an empty row or padding that is not on the right."""
+    seq_len = input_ids.shape[1]
+    limit = config.max_position_embeddings
+    if seq_len > limit:
+        raise ValueError(
+            f"input of {seq_len} tokens exceeds max_position_embeddings={limit}; truncate it "
+            "(tokenizer(..., truncation=True, max_length=...)) or raise max_position_embeddings"
+        )
+    mask = (input_ids.ne(config.pad_token_id) if attention_mask is None else attention_mask).bool()
+    lengths = mask.sum(1)
+    if bool((lengths == 0).any()):
+        raise ValueError("every row needs at least one non-pad token (STR_TAG ... </s>)")
+    if not torch.equal(mask, torch.arange(seq_len, device=mask.device)[None] < lengths[:, None]):
+        raise ValueError(f"{name} expects right-padded inputs: attention_mask must be 1...1 0...0 per row")
+    return mask, lengths
+
+
+def encode_texts(
+    model: torch.nn.Module,
+    pooled: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    tokenizer,
+    texts: str | list[str],
+    *,
+    limit: int,
+    dim: int,
+    max_tokens: int = 16000,
+    batch_size: int = 512,
+    normalize: bool = False,
+    convert_to_tensor: bool = False,
+    truncation: bool = False,
+    max_length: int | None = None,
+    autocast_dtype: torch.dtype | None = None,
+    sort_by_length: bool = True,
+    show_progress: bool | None = None,
+):
+    """The ``encode`` of every hf_tlaser model: ``texts`` -> float32 numpy [N, dim] in input order (a tensor with
+    ``convert_to_tensor``); a single ``str`` gives one vector [dim], an empty list [0, dim].
+
+    ``pooled(input_ids, attention_mask) -> [b, dim]`` runs in eval mode (``model``'s mode is restored) under
+    autocast to ``autocast_dtype`` (None: off) on right-padded batches, longest first, of rows x padded length
+    <= ``max_tokens`` (at most ``batch_size`` rows). Inputs over ``limit`` tokens (the model's
+    ``max_position_embeddings``) raise ValueError unless ``truncation``.
+    """
+    single = isinstance(texts, str)
+    texts = [texts] if single else list(texts)
+    encoded = tokenizer(texts, truncation=truncation, max_length=max_length or limit)["input_ids"] if texts else []
+    too_long = [i for i, ids in enumerate(encoded) if len(ids) > limit]
+    if too_long:
+        raise ValueError(
+            f"{len(too_long)} input(s) exceed max_position_embeddings={limit} tokens (first: text #{too_long[0]}"
+            f" with {len(encoded[too_long[0]])} tokens); pass truncation=True to cut them"
+        )
+    order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i])) if sort_by_length else range(len(encoded))
+    batches, current, width = [], [], 0
+    for i in order:
+        new_width = max(width, len(encoded[i]))
+        if current and (new_width * (len(current) + 1) > max_tokens or len(current) >= batch_size):
+            batches.append(current)
+            current, new_width = [], len(encoded[i])
+        current.append(i)
+        width = new_width
+    if current:
+        batches.append(current)
+    device = next(model.parameters()).device
+    pad_id = tokenizer.pad_token_id
+    out = torch.empty(len(encoded), dim, dtype=torch.float32)
+    was_training = model.training
+    model.eval()
+    progress = logging.tqdm(
+        batches, desc="encode", unit="batch", disable=not (len(batches) > 4 if show_progress is None else show_progress)
+    )
+    with torch.inference_mode():
+        for batch in progress:
+            ids = torch.full((len(batch), max(len(encoded[i]) for i in batch)), pad_id, dtype=torch.long)
+            for row, i in enumerate(batch):
+                ids[row, : len(encoded[i])] = torch.tensor(encoded[i])
+            ids = ids.to(device)
+            with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+                out[torch.tensor(batch)] = pooled(ids, ids.ne(pad_id).long()).float().cpu()
+    model.train(was_training)
+    if normalize:
+        out = F.normalize(out, dim=-1)
+    if single:
+        out = out[0]
+    return out if convert_to_tensor else out.numpy()
+
+
+PUSH_KWARGS = ("repo_id", "commit_message", "commit_description", "private", "revision", "create_pr", "tags")
+"""``save_pretrained(..., push_to_hub=True)`` arguments that ``SharedCodeMixin`` hands to ``push_to_hub``."""
+
+
+def save_shared_code(save_directory: str | os.PathLike) -> Path | None:
+    """Write this module's source into a saved model folder, over the family's alias file of the same name that
+    transformers copied there (it copies the files a model file imports relatively, as they are); return the path.
+
+    The folder's ``from .sentence_embedding import ...`` then finds the real code. A folder without model code (no
+    such file: the model was saved without ``trust_remote_code`` support) is left alone and gives None.
+    """
+    source = Path(__file__)
+    target = Path(save_directory) / source.name
+    if not target.is_file():
+        return None
+    if not target.samefile(source):
+        shutil.copyfile(source, target)
+    return target
+
+
+class SharedCodeMixin:
+    """First base of every family's ``PreTrainedModel``: ``save_pretrained`` leaves a self-contained
+    ``trust_remote_code`` folder (``save_shared_code``).
+
+    ``push_to_hub=True`` uploads through ``push_to_hub``, which saves the whole folder again before it uploads:
+    transformers' own upload runs at the end of ``PreTrainedModel.save_pretrained``, before this module (and the
+    sentence-transformers files of the classes that add them) is written.
+    """
+
+    def save_pretrained(self, save_directory: str | os.PathLike, *args, push_to_hub: bool = False, **kwargs) -> None:
+        hub_kwargs = {name: kwargs.pop(name) for name in PUSH_KWARGS if name in kwargs} if push_to_hub else {}
+        super().save_pretrained(save_directory, *args, **kwargs)
+        if not kwargs.get("is_main_process", True):
+            return
+        save_shared_code(save_directory)
+        if push_to_hub:
+            repo_id = hub_kwargs.pop("repo_id", Path(save_directory).name)
+            self.push_to_hub(repo_id, token=kwargs.get("token"), **hub_kwargs)
+
+
+class SentenceEncoderMixin:
+    """``encode`` for encoder models whose forward returns ``pooler_output`` as the sentence vector, and a
+    ``save_pretrained`` that also writes the sentence-transformers layout."""
+
+    def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs) -> None:
+        """Save, then add the sentence-transformers files (see ``add_sentence_transformers_files``)."""
+        super().save_pretrained(save_directory, *args, **kwargs)
+        if kwargs.get("is_main_process", True):
+            add_sentence_transformers_files(save_directory, normalize=None)
+
+    def encode(
+        self,
+        texts: str | list[str],
+        tokenizer,
+        *,
+        max_tokens: int = 16000,
+        batch_size: int = 512,
+        normalize: bool = False,
+        convert_to_tensor: bool = False,
+        truncation: bool = False,
+        max_length: int | None = None,
+        autocast_dtype: torch.dtype | None = None,
+        sort_by_length: bool = True,
+        show_progress: bool | None = None,
+    ):
+        """Embed ``texts``; returns a float32 numpy array [N, d] in input order (a tensor if ``convert_to_tensor``).
+
+        A single ``str`` is one text and gives one vector [d] (as sentence-transformers); an empty list gives [0, d].
+        Sentences are sorted by length and grouped so that rows x padded length stays under ``max_tokens``
+        (at most ``batch_size`` rows); the last encoder layer only computes the pooled position. An empty string
+        embeds ``STR_TAG </s>``. Inputs longer than ``max_position_embeddings`` raise unless ``truncation=True``.
+        """
+
+        def pooled(ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+            return self(input_ids=ids, attention_mask=mask, pooled_only=True).pooler_output
+
+        return encode_texts(
+            self,
+            pooled,
+            tokenizer,
+            texts,
+            limit=self.config.max_position_embeddings,
+            dim=self.config.hidden_size,
+            max_tokens=max_tokens,
+            batch_size=batch_size,
+            normalize=normalize,
+            convert_to_tensor=convert_to_tensor,
+            truncation=truncation,
+            max_length=max_length,
+            autocast_dtype=autocast_dtype,
+            sort_by_length=sort_by_length,
+            show_progress=show_progress,
+        )
+
+
+@dataclass
+class TranslationOutput(ModelOutput):
+    """Output of the T-LASER and LASER translation models.
+
+    Attributes:
+        loss: total loss divided by the number of target tokens (or by ``num_items_in_batch`` when given).
+        logits: decoder scores [T, L, vocab].
+        sentence_embedding: sentence vectors of the translation sources [T, d].
+        loss_mt: label-smoothed translation cross entropy, summed over target tokens.
+        loss_distance: distance-constraint loss (eq. 10 without the translation term), summed over pairs.
+        loss_align: in-batch alignment loss, mean over pairs.
+        d_p, d_n, hinge: batch means of the normalised positive / negative distances and of the hinge terms.
+        v_norm: the distance normaliser. mean_cosine: mean cosine between distinct encoded sentences.
+        centered_cosine: mean cosine of the translation pairs after removing the batch mean
+            (``centered_pair_cosine``); None without pairs in the batch.
+        skipped_pair_losses: 1 when the distance and alignment terms were skipped because the batch has no
+            negative (one pair, or one multi-way group), else 0; None when no pair loss applies.
+        num_tokens: number of target tokens in this batch.
+        cache: the decoder cache after this step (``generate``); None without one.
+    """
+
+    loss: torch.Tensor | None = None
+    logits: torch.Tensor | None = None
+    sentence_embedding: torch.Tensor | None = None
+    loss_mt: torch.Tensor | None = None
+    loss_distance: torch.Tensor | None = None
+    loss_align: torch.Tensor | None = None
+    d_p: torch.Tensor | None = None
+    d_n: torch.Tensor | None = None
+    hinge: torch.Tensor | None = None
+    v_norm: torch.Tensor | None = None
+    mean_cosine: torch.Tensor | None = None
+    centered_cosine: torch.Tensor | None = None
+    skipped_pair_losses: torch.Tensor | None = None
+    num_tokens: torch.Tensor | None = None
+    cache: TranslationCache | None = None
+
+
+class TranslationCache(Cache):
+    """The decoder cache of a translation model during ``generate``: the ``state`` dict that ``decoder_step``
+    returns (every tensor batch first), and how many decoder tokens it has seen.
+
+    Each family keeps what its decoder needs (T-LASER: self-attention keys/values per layer; LASER: the LSTM
+    (h, c)), so the cache holds a dict instead of transformers' per-layer key/value lists; it is a ``Cache``
+    because that is what GenerationMixin passes around, asks for ``get_seq_length`` and, in beam search, tells to
+    ``reorder_cache``.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(layers=[])
+        self.state: dict[str, torch.Tensor] | None = None
+        self.seq_length = 0
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.seq_length
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        """Keep the rows of the beams that go on (beam search)."""
+        if self.state is not None:
+            self.state = {name: t.index_select(0, beam_idx.to(t.device)) for name, t in self.state.items()}
+
+
+def generation_cache_name() -> str:
+    """The keyword under which ``GenerationMixin`` keeps the cache in its model kwargs and hands it to
+    ``prepare_inputs_for_generation``: ``cache`` since transformers 5.24, ``past_key_values`` before. Read from the
+    installed ``GenerationMixin``'s own signature, so that both contracts work without naming a version."""
+    params = inspect.signature(GenerationMixin.prepare_inputs_for_generation).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+CACHE_NAME = generation_cache_name()
+CACHE_ALIASES = ("cache", "past_key_values")
+DEFAULT_MAX_NEW_TOKENS = 64
+"""``generate``'s length limit when neither the call nor the generation config sets one of ``LENGTH_LIMITS`` (a
+value equal to transformers' own default, ``max_length=20`` in 4.x and None in 5.x, counts as unset)."""
+LENGTH_LIMITS = ("max_new_tokens", "max_length")
+
+
+class TranslationMixin(GenerationMixin):
+    """Loss, language handling and decoding shared by the translation models (T-LASER, LASER, ...).
+
+    Subclasses provide ``self.encoder`` (returning ``pooler_output``), a config with the distance-loss fields and
+    ``decoder_step(decoder_input_ids, sentence_embedding, tgt_lang, cache=None) -> (logits, cache)``: logits
+    [B, n, V] after each of the n NEW tokens ``decoder_input_ids`` [B, n] (the whole prefix, from
+    ``decoder_start_token_id``, when ``cache`` is None), for the vectors [B, d] and language indices [B]; the cache
+    is a dict of tensors with the batch on dim 0. ``decode_logits`` and ``generate`` (through transformers'
+    ``GenerationMixin``: greedy, beam search, sampling) are built on it.
+    """
+
+    # forward takes ``num_items_in_batch``: the Trainer then passes the token count of the whole update and leaves
+    # the gradient-accumulation scaling to the loss normalisation
+    accepts_loss_kwargs = True
+    # the cache cannot be cropped, so GenerationMixin refuses assisted decoding (which would roll it back)
+    _is_stateful = True
+
+    @classmethod
+    def can_generate(cls) -> bool:
+        """True: transformers only looks for ``GenerationMixin`` among a class's direct bases."""
+        return True
+
+    def lang_ids(self, tgt_lang, batch_size: int, device: torch.device) -> torch.LongTensor:
+        """Target languages as indices into ``config.languages``; accepts codes, lists of codes or index tensors."""
+        known = self.config.languages
+        if isinstance(tgt_lang, str):
+            tgt_lang = [tgt_lang] * batch_size
+        if isinstance(tgt_lang, (list, tuple)) and tgt_lang and isinstance(tgt_lang[0], str):
+            unknown = sorted({code for code in tgt_lang if code not in known})
+            if unknown:
+                raise ValueError(f"unknown tgt_lang {unknown}; this model knows {known}")
+            tgt_lang = [known.index(code) for code in tgt_lang]
+        ids = torch.as_tensor(tgt_lang, dtype=torch.long, device=device).reshape(-1)
+        if ids.numel() == 1 and batch_size > 1:
+            ids = ids.expand(batch_size)
+        if ids.numel() != batch_size:
+            raise ValueError(f"tgt_lang has {ids.numel()} entries for a batch of {batch_size}")
+        if bool(((ids < 0) | (ids >= len(known))).any()):
+            raise ValueError(f"tgt_lang index out of range; this model knows {known} (indices 0..{len(known) - 1})")
+        return ids
+
+    def shift_right(self, labels: torch.LongTensor) -> torch.LongTensor:
+        """Decoder inputs: ``decoder_start_token_id`` followed by the labels minus their last position."""
+        shifted = labels.new_full(labels.shape, self.config.pad_token_id)
+        shifted[:, 0] = self.config.decoder_start_token_id
+        shifted[:, 1:] = labels[:, :-1]
+        return shifted.masked_fill(shifted.eq(-100), self.config.pad_token_id)
+
+    def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs) -> None:
+        """Save, and map ``AutoModel`` to the encoder class so that ``AutoModel.from_pretrained`` of a translation
+        checkpoint gives the embedding model; then add the sentence-transformers files for that encoder."""
+        encoder_cls = type(self.encoder)
+        auto_map = dict(getattr(self.config, "auto_map", None) or {})
+        auto_map["AutoModel"] = f"{encoder_cls.__module__.rsplit('.', 1)[-1]}.{encoder_cls.__name__}"
+        self.config.auto_map = auto_map
+        super().save_pretrained(save_directory, *args, **kwargs)
+        if kwargs.get("is_main_process", True):
+            add_sentence_transformers_files(save_directory, normalize=None)
+
+    @property
+    def needs_target_encoding(self) -> bool:
+        """Whether training batches must also carry the targets in encoder format (a loss on translation pairs)."""
+        return self.config.distance_beta > 0 or self.config.align_loss_weight > 0
+
+    def encode_sentences(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        return self.encoder(input_ids=input_ids, attention_mask=attention_mask, pooled_only=True).pooler_output
+
+    def decode_logits(
+        self,
+        decoder_input_ids: torch.LongTensor,
+        sentence_embedding: torch.Tensor,
+        tgt_lang: torch.LongTensor,
+    ) -> torch.Tensor:
+        """Scores [T, L, vocab] of the next token after every prefix of ``decoder_input_ids`` [T, L] (training)."""
+        return self.decoder_step(decoder_input_ids, sentence_embedding, tgt_lang)[0]
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        tgt_lang=None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        tgt_input_ids: torch.LongTensor | None = None,
+        tgt_attention_mask: torch.Tensor | None = None,
+        src_index: torch.LongTensor | None = None,
+        pair_index: torch.LongTensor | None = None,
+        group_index: torch.LongTensor | None = None,
+        num_items_in_batch: int | torch.Tensor | None = None,
+        sentence_embeddings: torch.Tensor | None = None,
+        cache: TranslationCache | None = None,
+        return_dict: bool | None = None,
+    ) -> TranslationOutput | tuple:
+        """Translation loss (+ cT-LASER distance loss) for a batch; decoder scores for ``generate``.
+
+        Args:
+            input_ids, attention_mask: sentences to encode [N, S] (encoder format ``STR_TAG ... </s>``).
+            labels: target tokens followed by ``</s>``, padded with -100, [T, L].
+            tgt_lang: target language of each label row (codes or indices into ``config.languages``).
+            decoder_input_ids: default: ``labels`` shifted right behind ``decoder_start_token_id``.
+            tgt_input_ids, tgt_attention_mask: the targets in encoder format [T, S']; encoded in the same encoder
+                call as the sources and paired with them for the distance loss.
+            src_index: row of ``input_ids`` that is the source of each label row (multi-way batches; default
+                ``arange(T)``).
+            pair_index: LongTensor[P, 2] of rows of the encoded batch that are translations of each other.
+            group_index: LongTensor[P], the group (multi-way: source group) of each pair; pairs of one group are
+                never negatives of each other (default: every pair its own group).
+            num_items_in_batch: normaliser of the loss (target tokens of the whole update); default: this batch's.
+            sentence_embeddings: precomputed source vectors [T, d] instead of ``input_ids`` (no encoder call; the
+                other encoder-side arguments are then unused).
+            cache: a ``TranslationCache`` (``generate``): ``decoder_input_ids`` are then only the tokens it has not
+                seen, and it is updated in place with ``decoder_step`` and returned as ``cache``.
+            return_dict: False returns a tuple (default: ``config.return_dict``).
+        """
+        if (input_ids is None) == (sentence_embeddings is None):
+            raise ValueError("forward needs either input_ids to encode or precomputed sentence_embeddings")
+        return_dict = self.config.return_dict if return_dict is None else return_dict
+        if sentence_embeddings is None:
+            num_src = input_ids.shape[0]
+            if tgt_input_ids is not None:
+                if pair_index is not None:
+                    raise ValueError("pass either tgt_input_ids (pair batches) or pair_index (multi-way), not both")
+                input_ids, attention_mask = stack_padded(
+                    (input_ids, attention_mask),
+                    (tgt_input_ids, tgt_attention_mask),
+                    pad_id=self.config.pad_token_id,
+                )
+                rows = torch.arange(num_src, device=input_ids.device)
+                pair_index = torch.stack([rows, rows + num_src], dim=1)
+            vectors = self.encode_sentences(input_ids, attention_mask)
+            src_vectors = vectors[:num_src] if src_index is None else vectors[src_index]
+        else:
+            vectors = src_vectors = sentence_embeddings
+        out = TranslationOutput(sentence_embedding=src_vectors)
+        if labels is not None or decoder_input_ids is not None:
+            tgt_lang = self.lang_ids(tgt_lang, src_vectors.shape[0], src_vectors.device)
+            if decoder_input_ids is None:
+                decoder_input_ids = self.shift_right(labels)
+            if cache is None:
+                out.logits = self.decode_logits(decoder_input_ids, src_vectors, tgt_lang)
+            else:
+                out.logits, cache.state = self.decoder_step(decoder_input_ids, src_vectors, tgt_lang, cache.state)
+                cache.seq_length += decoder_input_ids.shape[1]
+                out.cache = cache
+        if labels is not None:
+            out.loss_mt = F.cross_entropy(
+                out.logits.flatten(0, 1).float(),
+                labels.flatten(),
+                ignore_index=-100,
+                label_smoothing=self.config.label_smoothing,
+                reduction="sum",
+            )
+            out.num_tokens = labels.ne(-100).sum()
+            total = out.loss_mt
+            if pair_index is not None and (self.config.distance_beta > 0 or self.config.align_loss_weight > 0):
+                total = self._pair_losses(vectors, pair_index, group_index, out)
+            out.mean_cosine = mean_pairwise_cosine(vectors.detach())
+            if pair_index is not None:
+                out.centered_cosine = centered_pair_cosine(vectors.detach(), pair_index)
+            normaliser = num_items_in_batch if num_items_in_batch is not None else out.num_tokens.clamp(min=1)
+            out.loss = total / normaliser
+        return out if return_dict else out.to_tuple()
+
+    def _pair_losses(
+        self,
+        vectors: torch.Tensor,
+        pair_index: torch.LongTensor,
+        group_index: torch.LongTensor | None,
+        out: TranslationOutput,
+    ) -> torch.Tensor:
+        """Add the distance (eq. 7-10) and alignment losses of the pairs to ``out``; return the total sum.
+
+        Pairs of the same encoded rows (a-b and b-a in a multi-way group) count once. A batch without negatives
+        (one pair, or one group) trains on the translation loss alone and sets ``skipped_pair_losses``.
+        """
+        cfg = self.config
+        pairs, groups = unique_pairs(pair_index, group_index)
+        skip = bool((groups == groups[0]).all())
+        out.skipped_pair_losses = torch.tensor(int(skip), device=vectors.device)
+        mt_weight = cfg.distance_mt_weight if cfg.distance_beta > 0 else 1.0
+        total = mt_weight * out.loss_mt  # eq. (10): 0.5 * l_mt
+        if skip:
+            return total
+        p_a, p_b = vectors[pairs[:, 0]], vectors[pairs[:, 1]]
+        if cfg.distance_beta > 0:
+            num = len(pairs)
+            dist = distance_constraint_loss(
+                p_a,
+                p_b,
+                sample_negatives(num, cfg.distance_negatives, vectors.device, groups=groups),
+                sample_negatives(num, cfg.distance_negatives, vectors.device, groups=groups),
+                alpha=cfg.distance_alpha,
+                beta=cfg.distance_beta,
+                lam=cfg.distance_hinge_weight,
+                distance=cfg.distance,
+                eps=cfg.distance_eps,
+                vnorm_grad=cfg.distance_vnorm_grad,
+            )
+            total = total + dist.total  # eq. (10)
+            out.loss_distance = dist.total
+            out.d_p, out.d_n, out.hinge, out.v_norm = (
+                dist.d_p.detach().mean(),
+                dist.d_n.detach().mean(),
+                dist.hinge.detach().mean() / 2,
+                dist.v_norm.detach(),
+            )
+        if cfg.align_loss_weight > 0:
+            out.loss_align = align_loss(p_a, p_b, cfg.align_scale, groups) / len(pairs)
+            # a per-pair mean next to the per-token translation loss: scaled to this batch's share of the update
+            total = total + cfg.align_loss_weight * out.loss_align * out.num_tokens
+        return total
+
+    def prepare_inputs_for_generation(
+        self,
+        input_ids: torch.LongTensor,
+        cache: TranslationCache | None = None,
+        sentence_embeddings: torch.Tensor | None = None,
+        tgt_lang: torch.LongTensor | None = None,
+        use_cache: bool | None = True,
+        past_key_values: TranslationCache | None = None,
+        **kwargs,
+    ) -> dict:
+        """GenerationMixin hook: ``forward`` inputs for the next step, i.e. the decoder tokens the cache has not
+        seen (the whole prefix without a cache), the sentence vectors and the target languages. The cache arrives as
+        ``cache`` (transformers >= 5.24) or ``past_key_values`` (earlier releases; see ``generation_cache_name``).
+        GenerationMixin's other bookkeeping (``next_sequence_length``, masks, ...) is not needed: the cache counts
+        its tokens."""
+        cache = cache if cache is not None else past_key_values
+        cache = cache if use_cache is not False else None
+        seen = cache.get_seq_length() if cache is not None else 0
+        return {
+            "decoder_input_ids": input_ids[:, seen:],
+            "sentence_embeddings": sentence_embeddings,
+            "tgt_lang": tgt_lang,
+            "cache": cache,
+        }
+
+    @torch.no_grad()
+    def generate(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        *,
+        vectors: torch.Tensor | None = None,
+        sentence_embeddings: torch.Tensor | None = None,
+        tgt_lang,
+        **generation_kwargs,
+    ) -> torch.LongTensor | ModelOutput:
+        """Decode sentence vectors (``vectors``, alias ``sentence_embeddings``; or encoded from ``input_ids``,
+        ``attention_mask``) into ``tgt_lang`` (a code, codes or indices per row) with ``GenerationMixin.generate``.
+
+        ``generation_kwargs`` go to ``GenerationMixin.generate``: greedy by default, ``num_beams``,
+        ``length_penalty``, ``early_stopping``, ``do_sample``, ``top_k``, ``top_p``, ``temperature``,
+        ``num_return_sequences``, ``max_new_tokens`` (default 64 unless the generation config sets a length),
+        ``min_new_tokens``, ``use_cache`` (default True: the decoder state is cached, each step decodes one token),
+        ``cache`` (alias ``past_key_values``: a ``TranslationCache`` to fill), ``return_dict_in_generate`` ...
+        The model runs in eval mode (its mode is restored) without gradients.
+
+        Returns token ids [B * num_return_sequences, L] WITHOUT the start token, each row ending with ``</s>``
+        (unless cut by the length limit) and right-padded with pad; with ``return_dict_in_generate=True``,
+        GenerationMixin's output whose ``sequences`` are in that format.
+        """
+        if sentence_embeddings is not None:
+            if vectors is not None:
+                raise ValueError("pass vectors or its alias sentence_embeddings, not both")
+            vectors = sentence_embeddings
+        if (vectors is None) == (input_ids is None):
+            raise ValueError("generate needs either vectors (sentence embeddings) or input_ids to encode")
+        config = generation_kwargs.get("generation_config") or self.generation_config
+        library_default = GenerationConfig()
+        if all(
+            generation_kwargs.get(key) is None and getattr(config, key) == getattr(library_default, key)
+            for key in LENGTH_LIMITS
+        ):
+            generation_kwargs["max_new_tokens"] = DEFAULT_MAX_NEW_TOKENS
+        given = [generation_kwargs.pop(name) for name in CACHE_ALIASES if generation_kwargs.get(name) is not None]
+        if len(given) > 1:
+            raise ValueError("pass cache or its alias past_key_values, not both")
+        if given or generation_kwargs.get("use_cache", config.use_cache) is not False:
+            generation_kwargs[CACHE_NAME] = given[0] if given else TranslationCache()
+        was_training = self.training
+        self.eval()
+        try:
+            if vectors is None:
+                vectors = self.encode_sentences(input_ids, attention_mask)
+            batch = vectors.shape[0]
+            langs = self.lang_ids(tgt_lang, batch, vectors.device)
+            start = torch.full((batch, 1), self.config.decoder_start_token_id, dtype=torch.long, device=vectors.device)
+            out = super().generate(start, sentence_embeddings=vectors, tgt_lang=langs, **generation_kwargs)
+        finally:
+            self.train(was_training)
+        if isinstance(out, ModelOutput):
+            out.sequences = _generated_tokens(out.sequences, self.config.eos_token_id, self.config.pad_token_id)
+            return out
+        return _generated_tokens(out, self.config.eos_token_id, self.config.pad_token_id)
+
+
+def stack_padded(*parts: tuple[torch.Tensor, torch.Tensor | None], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Concatenate right-padded id batches of different widths along the batch axis."""
+    width = max(ids.shape[1] for ids, _ in parts)
+    ids = torch.cat([F.pad(i, (0, width - i.shape[1]), value=pad_id) for i, _ in parts])
+    masks = [m if m is not None else i.ne(pad_id) for i, m in parts]
+    mask = torch.cat([F.pad(m.long(), (0, width - m.shape[1]), value=0) for m in masks])
+    return ids, mask
+
+
+def _generated_tokens(sequences: torch.LongTensor, eos_token_id: int, pad_token_id: int) -> torch.LongTensor:
+    """GenerationMixin's sequences without the start token, with pad after each row's first eos (beam search fills
+    finished rows with eos when ``pad_token_id`` is 0)."""
+    tokens = sequences[:, 1:]
+    is_eos = tokens.eq(eos_token_id).long()
+    return tokens.masked_fill(is_eos.cumsum(1) - is_eos > 0, pad_token_id)

@@ -1,0 +1,493 @@
+"""Teachers: whatever turns texts into the vectors a student learns to reproduce (LASER3-style distillation), and the
+reference rows of ``hf-tlaser evaluate --reference``.
+
+A teacher SPEC is one of
+
+* a sentence-transformers model folder or Hub model id (``ID`` or ``ID@REVISION``), encoded with one of its prompts
+  (e5: ``passage: `` for texts to distill, ``query: `` for symmetric tasks such as bitext retrieval);
+* an hf_tlaser model folder (T-LASER, LASER, ... as saved by ``hf-tlaser train``; a translation model's encoder),
+  encoded with ``hf_tlaser.encode``: a big T-LASER can teach a tiny one;
+* ``vectors:PATH``: vectors precomputed for an ordered list of texts (``hf-tlaser teacher-vectors --output``; format
+  in :mod:`hf_tlaser.teachers.vectors`).
+
+:func:`load_teacher` checks and loads a SPEC (``UsageError`` naming the argument, before any data is read) into a
+:class:`Teacher`: its width ``dim``, its ``fingerprint`` (a hash of what determines its vectors: the model files'
+content, not their path or dates, so a copy on another machine has the same one), the ``languages`` its card or
+config lists (else None) and ``encode(texts) -> np.ndarray``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from hf_tlaser.errors import UsageError
+from hf_tlaser.hardware import default_device, resolve_precision
+
+from .vectors import FORMAT, KEY_DTYPE, VERSION, sidecar_paths, text_keys, texts_digest
+
+logger = logging.getLogger(__name__)
+
+VECTORS_PREFIX = "vectors:"
+AUTO = "auto"
+"""``prompt_name`` default: the first of the preferred prompt names that the model defines, else its default prompt."""
+NO_PROMPT = "none"
+TRAIN_PROMPTS = ("passage", "document")
+"""Preferred prompt names for the texts a student is distilled on (e5: ``passage: ``)."""
+EVAL_PROMPTS = ("query",)
+"""Preferred prompt names for evaluation rows: e5 asks ``query: `` for symmetric tasks (bitext mining, features)."""
+SPEC_HELP = (
+    "a sentence-transformers model folder or Hub id (ID or ID@REVISION), an hf_tlaser model folder (hf-tlaser train "
+    "--output-dir), or vectors:PATH (hf-tlaser teacher-vectors --output)"
+)
+_SKIP_DIRS = re.compile(r"^(\.|checkpoint-|eval|runs$|__pycache__$)")
+_SKIP_FILES = {"trainer_state.json", "hf_tlaser_train.json", "training_args.bin", "results.json", "README.md"}
+_SKIP_SUFFIXES = {".md", ".png", ".log", ".lock", ".pt", ".pth", ".tmp"}
+_WHOLE_FILE = 1 << 20
+_SAMPLE = 1 << 16
+_SAMPLES = 16
+
+
+class Teacher:
+    """A loaded teacher (see :func:`load_teacher`). ``encode(texts)`` gives float32 [N, dim] in input order.
+
+    ``spec`` is what was given, ``kind`` one of ``sentence-transformers``, ``hf_tlaser``, ``vectors``; ``name`` a
+    short display name; ``identity`` says where it comes from (folder, Hub id at its commit); ``fingerprint`` hashes
+    what determines the vectors (the cache key, with ``prompt``); ``prompt_name``/``prompt`` the prompt prepended to
+    every text (sentence-transformers), else None. A teacher is an evaluation embedder too: ``teacher(texts)``.
+    """
+
+    kind = "teacher"
+
+    def __init__(self, spec: str, name: str, identity: str, fingerprint: str, dim: int, **details) -> None:
+        self.spec = spec
+        self.name = name
+        self.identity = identity
+        self.fingerprint = fingerprint
+        self.dim = int(dim)
+        self.languages: list[str] | None = details.get("languages")
+        self.prompt_name: str | None = details.get("prompt_name")
+        self.prompt: str | None = details.get("prompt")
+        self.batch_size: int = details.get("batch_size", 64)
+
+    def _encode(self, texts: list[str], batch_size: int, show_progress: bool) -> np.ndarray:
+        raise NotImplementedError
+
+    def encode(self, texts: Sequence[str], *, batch_size: int | None = None, show_progress: bool = False) -> np.ndarray:
+        """float32 [len(texts), dim], row i the vector of ``texts[i]`` (an empty list gives [0, dim])."""
+        texts = [texts] if isinstance(texts, str) else list(texts)
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        vectors = np.asarray(self._encode(texts, batch_size or self.batch_size, show_progress), dtype=np.float32)
+        if vectors.shape != (len(texts), self.dim):
+            raise RuntimeError(f"teacher {self.name} gave {vectors.shape} for {len(texts)} texts of width {self.dim}")
+        return vectors
+
+    def __call__(self, texts: Sequence[str]) -> np.ndarray:
+        return self.encode(texts)
+
+    def to_dict(self) -> dict:
+        """What the teacher is, for sidecars and result files."""
+        keys = ("kind", "spec", "name", "identity", "fingerprint", "dim", "prompt_name", "prompt", "languages")
+        return {key: getattr(self, key) for key in keys}
+
+    def describe(self) -> str:
+        """One line: kind, identity, width and prompt."""
+        prompt = f", prompt {self.prompt_name} {self.prompt!r}" if self.prompt else ", no prompt"
+        return f"{self.kind} model {self.identity} ({self.dim} dimensions{prompt})"
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.describe()})"
+
+
+class SentenceTransformerTeacher(Teacher):
+    """A sentence-transformers model (its ``encode``, with the chosen prompt prepended to every text)."""
+
+    kind = "sentence-transformers"
+
+    def __init__(self, model, autocast_dtype: torch.dtype | None = None, **fields) -> None:
+        super().__init__(**fields)
+        self.model = model
+        self.autocast_dtype = autocast_dtype
+
+    def _encode(self, texts: list[str], batch_size: int, show_progress: bool) -> np.ndarray:
+        device = self.model.device
+        autocast = (
+            torch.autocast(device.type, dtype=self.autocast_dtype)
+            if self.autocast_dtype is not None
+            else contextlib.nullcontext()
+        )
+        with torch.inference_mode(), autocast:
+            vectors = self.model.encode(
+                texts,
+                prompt=self.prompt or "",  # "" (not None): no prompt, and no default prompt either
+                batch_size=batch_size,
+                show_progress_bar=show_progress,
+                convert_to_numpy=False,
+                convert_to_tensor=True,
+            )
+        return vectors.float().cpu().numpy()
+
+
+class HfTlaserTeacher(Teacher):
+    """An hf_tlaser model folder, encoded as ``hf-tlaser evaluate`` encodes it (``EncoderEmbed``)."""
+
+    kind = "hf_tlaser"
+
+    def __init__(self, embed, **fields) -> None:
+        super().__init__(**fields)
+        self.embed = embed
+
+    def _encode(self, texts: list[str], batch_size: int, show_progress: bool) -> np.ndarray:
+        return self.embed(texts)
+
+    def embed_documents(self, texts: list[str]) -> np.ndarray:
+        """Whole documents, as ``hf-tlaser evaluate`` embeds them for the model itself (MLDoc)."""
+        return np.asarray(self.embed.embed_documents(texts), dtype=np.float32)
+
+
+class VectorsTeacher(Teacher):
+    """Precomputed vectors (a ``vectors:PATH`` file): ``encode`` looks every text up by its SHA-1."""
+
+    kind = "vectors"
+
+    def __init__(self, path: Path, argument: str, meta: dict, **fields) -> None:
+        super().__init__(**fields)
+        self.path = path
+        self.argument = argument
+        self.meta = meta
+        matrix, keys, _ = sidecar_paths(path)
+        self.vectors = np.load(matrix, mmap_mode="r")
+        self.keys = np.load(keys)
+        self._order = np.argsort(self.keys, kind="stable")
+
+    def describe(self) -> str:
+        teacher = self.meta.get("teacher") or {}
+        return (
+            f"vectors {self.path} ({self.meta['rows']} rows, {self.dim} dimensions) of {teacher.get('kind', '?')} "
+            f"model {teacher.get('identity', '?')} (prompt {teacher.get('prompt')!r})"
+        )
+
+    def check_texts(self, texts: Sequence[str]) -> None:
+        """``UsageError`` unless ``texts`` are the texts the vectors were computed for, in the same order."""
+        where = f"{self.argument} {VECTORS_PREFIX}{self.path}"
+        hint = "recompute it with hf-tlaser teacher-vectors --output for this corpus"
+        if len(texts) != self.meta["rows"]:
+            raise UsageError(f"{where} holds {self.meta['rows']} rows but the corpus gives {len(texts)} texts; {hint}")
+        digest = texts_digest(texts)
+        if digest != self.meta["texts_sha1"]:
+            raise UsageError(
+                f"{where}: its texts differ from the corpus's (texts hash {self.meta['texts_sha1'][:12]} vs "
+                f"{digest[:12]}): another corpus, order or --limit; {hint}"
+            )
+
+    def rows_of(self, texts: Sequence[str]) -> np.ndarray:
+        """Row of every text in the file; ``UsageError`` naming the first text that is not there."""
+        keys = text_keys(texts)
+        position = np.searchsorted(self.keys, keys, sorter=self._order)
+        position = np.minimum(position, len(self.keys) - 1)
+        rows = self._order[position] if len(self.keys) else np.zeros(len(keys), dtype=np.int64)
+        missing = np.flatnonzero(self.keys[rows] != keys) if len(self.keys) else np.arange(len(keys))
+        if len(missing):
+            first = texts[int(missing[0])]
+            raise UsageError(
+                f"{self.argument} {VECTORS_PREFIX}{self.path}: {len(missing)} of {len(texts)} texts are not in it "
+                f"(first: {first[:60]!r}); recompute it with hf-tlaser teacher-vectors --output for this corpus"
+            )
+        return rows
+
+    def _encode(self, texts: list[str], batch_size: int, show_progress: bool) -> np.ndarray:
+        rows = self.rows_of(texts)
+        order = np.argsort(rows)  # memory-mapped rows read in file order
+        out = np.empty((len(rows), self.dim), dtype=np.float32)
+        out[order] = self.vectors[rows[order]]
+        return out
+
+
+# ---------------------------------------------------------------------------------------------------- identity
+
+
+def _sampled_digest(path: Path) -> bytes:
+    """SHA-1 of a file: whole up to 1 MiB; beyond, its size and 64 KiB samples from its start, end and 16 places
+    between (retrained weights change nearly every byte, so the samples see it)."""
+    size = path.stat().st_size
+    digest = hashlib.sha1(str(size).encode())
+    with path.open("rb") as handle:
+        if size <= _WHOLE_FILE:
+            digest.update(handle.read())
+        else:
+            for offset in [
+                0,
+                *((size - _SAMPLE) * i // (_SAMPLES + 1) for i in range(1, _SAMPLES + 1)),
+                size - _SAMPLE,
+            ]:
+                handle.seek(offset)
+                digest.update(handle.read(_SAMPLE))
+    return digest.digest()
+
+
+def folder_fingerprint(folder: str | os.PathLike) -> str:
+    """Hex SHA-1 of what in a model folder determines its vectors: config, tokenizer, prompts, pooling and weights
+    files (sub-folders included), by content; run records, evaluations, checkpoints and docs are left out."""
+    root = Path(folder)
+    digest = hashlib.sha1()
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not _SKIP_DIRS.match(d))
+        for filename in sorted(filenames):
+            path = Path(dirpath) / filename
+            if filename in _SKIP_FILES or path.suffix in _SKIP_SUFFIXES or not path.is_file():
+                continue
+            digest.update(path.relative_to(root).as_posix().encode() + b"\0" + _sampled_digest(path))
+    return digest.hexdigest()
+
+
+def card_languages(folder: Path) -> list[str] | None:
+    """The ``language:`` list of a model card's YAML header (README.md); None without one, or for a word such as
+    ``multilingual`` that names no language."""
+    readme = folder / "README.md"
+    if not readme.is_file():
+        return None
+    text = readme.read_text(encoding="utf-8", errors="replace")
+    if not text.startswith("---"):
+        return None
+    import yaml
+
+    try:
+        header = yaml.safe_load(text.split("---", 2)[1]) or {}
+    except yaml.YAMLError:
+        return None
+    languages = header.get("language") if isinstance(header, dict) else None
+    languages = [languages] if isinstance(languages, str) else languages
+    if not isinstance(languages, list):
+        return None
+    codes = [str(lang) for lang in languages if re.fullmatch(r"[a-z]{2,3}([-_][A-Za-z0-9]+)?", str(lang))]
+    return codes or None
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
+# ---------------------------------------------------------------------------------------------------- loading
+
+
+def choose_prompt(
+    prompts: dict[str, str | None], default_name: str | None, prompt_name: str | None, prefer: Sequence[str], where: str
+) -> tuple[str | None, str | None]:
+    """``(name, text)`` of the prompt to prepend (``(None, None)``: none). ``prompt_name``: ``auto`` (the first of
+    ``prefer`` the model defines, else its default prompt), ``none``/None, or a name the model must define."""
+    prompts = {name: text for name, text in (prompts or {}).items() if text}
+    if prompt_name in (None, "", NO_PROMPT):
+        return None, None
+    if prompt_name == AUTO:
+        name = next((name for name in prefer if name in prompts), default_name if default_name in prompts else None)
+        return (name, prompts[name]) if name else (None, None)
+    if prompt_name not in prompts:
+        known = ", ".join(f"{name} ({text!r})" for name, text in prompts.items()) or "none"
+        raise UsageError(f"{where}: no prompt named {prompt_name!r}; its prompts: {known}; or give auto or none")
+    return prompt_name, prompts[prompt_name]
+
+
+def _load_sentence_transformer(
+    spec: str, folder: Path, identity: str, where: str, device, precision: str, prompt_name, prefer, batch_size
+) -> SentenceTransformerTeacher:
+    from sentence_transformers import SentenceTransformer
+
+    try:
+        model = SentenceTransformer(str(folder), device=str(device), local_files_only=True)
+    except Exception as err:  # noqa: BLE001 - any loading failure is the user's folder
+        raise UsageError(f"{where}: cannot load it as a sentence-transformers model ({_first_line(err)})") from None
+    model.eval()
+    name, prompt = choose_prompt(model.prompts, model.default_prompt_name, prompt_name, prefer, where)
+    width = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+    return SentenceTransformerTeacher(
+        model,
+        resolve_precision(precision, device).autocast_dtype,
+        spec=spec,
+        name=_display_name(spec, folder),
+        identity=identity,
+        fingerprint=folder_fingerprint(folder),
+        dim=width(),
+        languages=card_languages(folder),
+        prompt_name=name,
+        prompt=prompt,
+        batch_size=batch_size,
+    )
+
+
+def _load_hf_tlaser(
+    spec: str, folder: Path, identity: str, argument: str, device, precision: str, batch_size
+) -> HfTlaserTeacher:
+    from hf_tlaser.encoding import model_languages, trained_languages
+    from hf_tlaser.evaluation.encoder import EncoderEmbed, load_encoder
+    from hf_tlaser.evaluation.provenance import check_model_folder, model_name, sentence_vector_size
+
+    where = f"{argument} {spec!r}"
+    config = check_model_folder(folder, argument)
+    if model_languages(config) is not None:
+        raise UsageError(
+            f"{where} is a {config['model_type']} model, which embeds each language through its own encoder and "
+            "needs the language of every text: it cannot be a teacher; give a multilingual model"
+        )
+    try:
+        model, tokenizer = load_encoder(folder)
+    except Exception as err:  # noqa: BLE001 - any loading failure is the user's folder
+        raise UsageError(f"{where}: cannot load the model ({_first_line(err)})") from None
+    embed = EncoderEmbed(model, tokenizer, device, resolve_precision(precision, device).autocast_dtype)
+    return HfTlaserTeacher(
+        embed,
+        spec=spec,
+        name=f"{model_name(config)} {_display_name(spec, folder)}",
+        identity=identity,
+        fingerprint=folder_fingerprint(folder),
+        dim=sentence_vector_size(config),
+        languages=trained_languages(config) or None,
+        batch_size=batch_size,
+    )
+
+
+def _load_vectors(spec: str, argument: str) -> VectorsTeacher:
+    path = Path(spec[len(VECTORS_PREFIX) :]).expanduser()
+    where = f"{argument} {spec}"
+    hint = "write it with hf-tlaser teacher-vectors --output PATH.npy"
+    matrix, keys, sidecar = sidecar_paths(path)
+    if not path.name.endswith(".npy"):
+        raise UsageError(f"{where}: expected a .npy file; {hint}")
+    for file in (matrix, keys, sidecar):
+        if not file.is_file():
+            raise UsageError(f"{where}: {file} does not exist; {hint}")
+    try:
+        meta = json.loads(sidecar.read_text(encoding="utf-8"))
+        shape = np.load(matrix, mmap_mode="r").shape
+        key_array = np.load(keys, mmap_mode="r")
+    except (OSError, ValueError, EOFError) as err:
+        raise UsageError(f"{where}: unreadable ({_first_line(err)}); {hint}") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("version") != VERSION:
+        raise UsageError(f"{where}: {sidecar} is not a {FORMAT} v{VERSION} sidecar; {hint}")
+    rows = meta.get("rows")
+    if shape != (rows, meta.get("dim")) or key_array.shape != (rows,) or key_array.dtype != KEY_DTYPE:
+        raise UsageError(
+            f"{where}: the files do not agree (matrix {shape}, {key_array.shape[0]} keys, sidecar {rows} rows x "
+            f"{meta.get('dim')}): truncated or mixed files; {hint}"
+        )
+    teacher = meta.get("teacher") or {}
+    return VectorsTeacher(
+        path,
+        argument,
+        meta,
+        spec=spec,
+        name=f"vectors {path.name}",
+        identity=f"{path.resolve()} (from {teacher.get('identity', 'an unknown teacher')})",
+        fingerprint=teacher.get("fingerprint") or f"vectors-{meta['texts_sha1']}",
+        dim=meta["dim"],
+        languages=teacher.get("languages"),
+        prompt_name=teacher.get("prompt_name"),
+        prompt=teacher.get("prompt"),
+    )
+
+
+def _display_name(spec: str, folder: Path) -> str:
+    looks_local = spec.startswith((".", "/", "~")) or Path(spec).exists()
+    return folder.resolve().name if looks_local else spec
+
+
+def _hub_snapshot(spec: str, revision: str | None, where: str) -> tuple[Path, str]:
+    """Download (or find in the Hugging Face cache) the files of a Hub model; its folder and ``ID@COMMIT``."""
+    repo_id, _, at = spec.partition("@")
+    revision = revision or at or None
+    from huggingface_hub import snapshot_download
+
+    try:
+        folder = Path(
+            snapshot_download(
+                repo_id,
+                revision=revision,
+                ignore_patterns=["onnx/*", "openvino/*", "*.onnx", "*.h5", "*.msgpack", "*.ot", "flax_model*", "tf_*"],
+            )
+        )
+    except Exception as err:  # noqa: BLE001 - offline, unknown id, gated...
+        raise UsageError(
+            f"{where}: no such folder, and not a loadable Hub model id ({_first_line(err)}); give {SPEC_HELP}"
+        ) from None
+    return folder, f"{repo_id}@{folder.name}"
+
+
+def load_teacher(
+    spec: str,
+    *,
+    prompt_name: str | None = AUTO,
+    prefer: Sequence[str] = TRAIN_PROMPTS,
+    device: str | torch.device | None = None,
+    precision: str = "auto",
+    batch_size: int = 64,
+    revision: str | None = None,
+    texts: Sequence[str] | None = None,
+    argument: str = "--teacher",
+) -> Teacher:
+    """Load a teacher SPEC (module docstring) into a :class:`Teacher`.
+
+    ``prompt_name`` (sentence-transformers): ``auto`` takes the first of ``prefer`` the model defines
+    (``TRAIN_PROMPTS``: e5's ``passage: ``; ``EVAL_PROMPTS`` for evaluation rows), else its default prompt; ``none``
+    prepends nothing; a name must be one of the model's prompts. ``device`` defaults to CUDA, else MPS, else CPU;
+    ``precision`` (auto/fp32/bf16/fp16) is the autocast of the forward pass (not part of the fingerprint: vectors of
+    one model in another precision are the same vectors to within rounding). ``revision`` (or ``ID@REVISION``) pins
+    a Hub model. ``texts`` checks a ``vectors:`` file against the corpus (row count and texts hash).
+
+    ``UsageError`` naming ``argument`` when the SPEC cannot be loaded: a missing folder or file, a folder that is no
+    model, an unknown prompt, a cNV model (one encoder per language), a ``vectors:`` file whose files disagree or
+    whose rows do not match ``texts``.
+    """
+    spec = str(spec).strip()
+    where = f"{argument} {spec!r}"
+    if not spec:
+        raise UsageError(f"{argument}: empty; give {SPEC_HELP}")
+    if spec.startswith(VECTORS_PREFIX):
+        teacher = _load_vectors(spec, argument)
+        if texts is not None:
+            teacher.check_texts(texts)
+        return teacher
+    folder = Path(spec).expanduser()
+    if folder.is_dir():
+        identity = str(folder.resolve())
+    elif folder.exists():
+        raise UsageError(f"{where} is a file, not a model folder; give {SPEC_HELP}")
+    elif spec.startswith((".", "/", "~")) or spec.count("/") > 1 or "\\" in spec:
+        raise UsageError(f"{where}: no such folder; give {SPEC_HELP}")
+    else:
+        folder, identity = _hub_snapshot(spec, revision, where)
+        identity = f"hub:{identity}"
+    device = torch.device(device) if device is not None else default_device()
+    config = _read_config(folder / "config.json", where)
+    from hf_tlaser.evaluation.provenance import MODEL_TYPES
+
+    if config is not None and config.get("model_type") in MODEL_TYPES:
+        teacher = _load_hf_tlaser(spec, folder, identity, argument, device, precision, batch_size)
+    elif config is not None or (folder / "modules.json").is_file():
+        teacher = _load_sentence_transformer(
+            spec, folder, identity, where, device, precision, prompt_name, prefer, batch_size
+        )
+    else:
+        raise UsageError(f"{where} is not a model folder (no config.json or modules.json); give {SPEC_HELP}")
+    logger.info("teacher: %s", teacher.describe())
+    return teacher
+
+
+def _read_config(path: Path, where: str) -> dict | None:
+    if not path.is_file():
+        return None
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise UsageError(f"{where}: unreadable config.json ({_first_line(err)})") from None
+    if not isinstance(config, dict):
+        raise UsageError(f"{where}: config.json is not a JSON object")
+    return config

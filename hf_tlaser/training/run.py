@@ -1,0 +1,192 @@
+"""The life cycle every family's training shares, after its cheap checks (``run_dir``, ``plan``):
+
+``Run.open`` (threads, precision, seed, ``TrainingArguments`` joining the process group, the output dir emptied
+under ``--overwrite`` and created, the record started) -> ``Run.plan_batches`` (the micro-batches per update that
+reach the recipe's ``update_tokens``, this rank's curriculum sampler) -> ``Run.fit`` (the ``LaserTrainer``, trained
+from the checkpoint, the model, trainer state, tokenizer and record saved).
+
+A family brings its model (whose forward returns its loss), its dataset and collator, and adds its own entries to
+``Run.record``; ``Run.fit`` is the one place where every family's trainer is built, so a run-wide addition to the
+training (a callback, or a loss term every family gets, e.g. a teacher's vectors for each batch) goes there.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from torch.utils.data import Dataset, Sampler
+from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback, TrainingArguments, set_seed
+
+from hf_tlaser.data import PairBatchSampler
+from hf_tlaser.errors import UsageError
+from hf_tlaser.hardware import PrecisionChoice, configure_threads, resolve_precision
+from hf_tlaser.tokenization import save_tokenizer
+from hf_tlaser.training.presets import Preset, Recipe
+from hf_tlaser.training.run_dir import recorded_outputs, remove_previous_run, write_record
+from hf_tlaser.training.spec import RunSpec
+from hf_tlaser.training.trainer import LaserTrainer, TimeBudgetCallback
+
+logger = logging.getLogger("hf_tlaser.train")
+
+
+@dataclass
+class RunOptions:
+    """The Trainer settings of a run that do not come from the recipe (one set for every stage of a run)."""
+
+    use_cpu: bool = True
+    precision: PrecisionChoice | None = None
+    seed: int = 1
+    logging_steps: int = 10
+    save_steps: int = 200
+    save_total_limit: int = 2
+
+    @classmethod
+    def from_spec(cls, spec: RunSpec) -> RunOptions:
+        """From the run's spec; sets and logs the torch threads, logs the precision chosen."""
+        logger.info("torch threads: %d", configure_threads())
+        use_cpu = spec.use_cpu or not torch.cuda.is_available()
+        precision = resolve_precision(spec.precision, "cpu" if use_cpu else "cuda")
+        logger.info("precision: %s (%s)", precision.precision, precision.reason)
+        return cls(use_cpu, precision, spec.seed, spec.logging_steps, spec.save_steps, spec.save_total_limit)
+
+    def training_arguments(self, output_dir: Path, recipe: Recipe, max_steps: int) -> TrainingArguments:
+        """TrainingArguments of ``recipe`` for ``max_steps`` updates into ``output_dir`` (gradient accumulation is
+        set once the world size is known: ``plan_batches``). Under a launcher this joins the process group."""
+        return TrainingArguments(
+            output_dir=str(output_dir),
+            max_steps=max_steps,
+            per_device_train_batch_size=1,  # micro-batches come from the token-budget batch sampler
+            learning_rate=recipe.learning_rate,
+            warmup_steps=int(recipe.warmup_updates),
+            weight_decay=recipe.weight_decay,
+            adam_beta1=recipe.adam_betas[0],
+            adam_beta2=recipe.adam_betas[1],
+            max_grad_norm=recipe.max_grad_norm or 0.0,
+            logging_steps=self.logging_steps,
+            logging_first_step=True,
+            save_steps=self.save_steps,
+            save_total_limit=self.save_total_limit,
+            bf16=self.precision is not None and self.precision.bf16,
+            fp16=self.precision is not None and self.precision.fp16,
+            use_cpu=self.use_cpu,
+            seed=self.seed,
+            report_to="none",
+            remove_unused_columns=False,
+            dataloader_num_workers=0,
+        )
+
+
+def rank_batching(recipe: Recipe, training_args: TrainingArguments) -> dict:
+    """Set the micro-batches per update and process that reach the recipe's ``update_tokens``; return the options
+    every curriculum (sampler or stream) takes: this rank, the world size, the seed and the sentence cap."""
+    world = training_args.world_size
+    training_args.gradient_accumulation_steps = max(1, round(recipe.update_tokens / (recipe.max_tokens * world)))
+    return dict(
+        seed=training_args.seed, max_sentences=recipe.max_sentences, rank=training_args.process_index, world_size=world
+    )
+
+
+def plan_batches(
+    lengths: dict,
+    recipe: Recipe,
+    pairs: list,
+    training_args: TrainingArguments,
+    source: str,
+    sampler_class: type = PairBatchSampler,
+):
+    """This rank's curriculum batch sampler for ``recipe``, after setting the micro-batches per update and process
+    that reach its ``update_tokens``; UsageError naming ``source`` when the corpora give no batch."""
+    options = rank_batching(recipe, training_args)
+    try:
+        return sampler_class(lengths, int(recipe.max_tokens), pairs, **options)
+    except ValueError as err:
+        raise UsageError(f"no training batches from {source}: {err}") from None
+
+
+@dataclass
+class Run:
+    """An opened run: its spec, preset and recipe, the Trainer settings, the checkpoint it continues (if any), what
+    was in the output dir before (``present``: not this run's) and its record (written by the main process)."""
+
+    spec: RunSpec
+    preset: Preset
+    recipe: Recipe
+    options: RunOptions
+    training_args: TrainingArguments
+    checkpoint: Path | None
+    present: set[str]
+    record: dict
+
+    @classmethod
+    def open(cls, spec: RunSpec, preset: Preset, recipe: Recipe, checkpoint: Path | None) -> Run:
+        """Threads and precision (logged), the seed, the ``TrainingArguments`` (joining the process group under a
+        launcher: every rank has passed the family's checks), then the output dir: the main process empties it
+        first under ``--overwrite`` and creates it. Call it once the cheap checks have passed."""
+        options = RunOptions.from_spec(spec)
+        set_seed(spec.seed)
+        out = spec.out
+        training_args = options.training_arguments(out, recipe, spec.max_steps)
+        with training_args.main_process_first(local=False, desc="output dir"):
+            if training_args.process_index == 0:
+                if spec.overwrite:
+                    remove_previous_run(out)
+                out.mkdir(parents=True, exist_ok=True)
+        present = {entry.name for entry in out.iterdir()} - set(recorded_outputs(out))
+        precision = options.precision.to_dict() if options.precision is not None else None
+        record = {"args": spec.to_dict(), "recipe": asdict(recipe), "preset": preset.name, "precision": precision}
+        return cls(spec, preset, recipe, options, training_args, checkpoint, present, record)
+
+    @property
+    def out(self) -> Path:
+        return self.spec.out
+
+    @property
+    def main_process(self) -> bool:
+        return self.training_args.process_index == 0
+
+    def write_record(self) -> None:
+        """Write the record into the output dir (main process only)."""
+        if self.main_process:
+            write_record(self.out, self.record)
+
+    def plan_batches(self, lengths: dict, pairs: list, source: str, sampler_class: type = PairBatchSampler):
+        """``plan_batches`` for this run's recipe and Trainer settings."""
+        return plan_batches(lengths, self.recipe, pairs, self.training_args, source, sampler_class)
+
+    def fit(
+        self,
+        model: PreTrainedModel,
+        dataset: Dataset,
+        collator,
+        sampler: Sampler | None,
+        *,
+        callbacks: list[TrainerCallback] | None = None,
+        tokenizer: PreTrainedTokenizerBase | None = None,
+    ) -> LaserTrainer:
+        """Train ``model`` on ``dataset`` (micro-batches of ``sampler``, or a stream of them without one) through
+        ``collator`` for ``--max-steps`` updates, from the checkpoint if any (stopped by ``--max-minutes``); save the
+        model, the trainer state and ``tokenizer`` into the output dir and, on the main process, list the entries
+        the run wrote in its record (for a later ``--overwrite``). Returns the trainer."""
+        callbacks = ([TimeBudgetCallback(self.spec.max_minutes)] if self.spec.max_minutes else []) + (callbacks or [])
+        trainer = LaserTrainer(
+            model=model,
+            args=self.training_args,
+            train_dataset=dataset,
+            data_collator=collator,
+            batch_sampler=sampler,
+            warmup_init_lr=self.recipe.warmup_init_lr,
+            callbacks=callbacks or None,
+        )
+        out = self.out
+        trainer.train(resume_from_checkpoint=None if self.checkpoint is None else str(self.checkpoint))
+        trainer.save_model(str(out))
+        trainer.save_state()
+        if self.main_process:
+            if tokenizer is not None:
+                save_tokenizer(tokenizer, out)
+            self.record["outputs"] = sorted({entry.name for entry in out.iterdir()} - self.present)
+            write_record(out, self.record)
+        return trainer

@@ -1,0 +1,159 @@
+"""``RunSpec``: one training run as a typed object, what ``hf-tlaser train`` turns its flags into and what every
+family's training reads (``hf_tlaser.training.families.train``); the recipe it asks for, and its ``--set`` values.
+
+A script builds one directly: ``train(RunSpec(output_dir="runs/ct", model="ctlaser", max_steps=50))`` runs what
+``hf-tlaser train --output-dir runs/ct --model ctlaser --max-steps 50`` runs (the parser takes its defaults from here).
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
+from pathlib import Path
+
+import yaml
+from transformers import PretrainedConfig
+
+from hf_tlaser.data import DEFAULT_PIVOTS, DEFAULT_TRAIN_CORPORA
+from hf_tlaser.errors import UsageError
+from hf_tlaser.training.presets import Preset, Recipe
+
+RECIPE_FLAGS = (
+    "vocab_size",
+    "max_tokens",
+    "update_tokens",
+    "learning_rate",
+    "warmup_updates",
+    "warmup_init_lr",
+    "weight_decay",
+    "max_grad_norm",
+    "max_sentence_tokens",
+    "batching",
+    "max_lines",
+    "max_sentences",
+)
+"""The ``RunSpec`` fields (and flags) that override the preset's ``Recipe`` when given."""
+BATCHING = ("pair", "multiway")
+
+
+@dataclass(kw_only=True)
+class RunSpec:
+    """What a training run asks for: one field per ``hf-tlaser train`` flag (dashes as underscores), in the parser's
+    order; ``to_dict()`` is the ``args`` of the run's record. Nothing here is checked yet: ``recipe`` checks the
+    numbers, the families check the rest (output dir, corpora, model config) before reading any data."""
+
+    config: str | None = None
+    """The ``--config`` file the values came from (recorded, not read again)."""
+    model: str = "ctlaser"
+    preset: str = "tiny"
+    corpora: str | list[str] = ",".join(DEFAULT_TRAIN_CORPORA)
+    pivots: str = ",".join(DEFAULT_PIVOTS)
+    pairs: str | None = None
+    streaming: bool = False
+    shuffle_buffer: int = 10_000
+    data_dir: str | None = None
+    tokenizer: str | None = None
+    output_dir: str
+    overwrite: bool = False
+    max_steps: int = 1000
+    max_minutes: float | None = None
+    seed: int = 1
+    precision: str = "auto"
+    use_cpu: bool = False
+    logging_steps: int = 10
+    save_steps: int = 200
+    save_total_limit: int = 2
+    resume: str | None = None
+    set: list[str] = field(default_factory=list)
+    """Model config overrides ``KEY=VALUE`` (``config_overrides``)."""
+    nmt_steps: int | None = None
+    nmt_pair: str | None = None
+    # recipe overrides (RECIPE_FLAGS): None keeps the preset's value; numbers are cast to the recipe's type
+    vocab_size: float | None = None
+    max_tokens: float | None = None
+    update_tokens: float | None = None
+    learning_rate: float | None = None
+    warmup_updates: float | None = None
+    warmup_init_lr: float | None = None
+    weight_decay: float | None = None
+    max_grad_norm: float | None = None
+    max_sentence_tokens: float | None = None
+    batching: str | None = None
+    max_lines: int | None = None
+    max_sentences: int | None = None
+
+    @classmethod
+    def defaults(cls) -> dict:
+        """``{field: default}`` of the fields that have one (the parser's defaults)."""
+        out = {}
+        for item in fields(cls):
+            if item.default_factory is not MISSING:
+                out[item.name] = item.default_factory()
+            elif item.default is not MISSING:
+                out[item.name] = item.default
+        return out
+
+    @property
+    def out(self) -> Path:
+        """The output dir."""
+        return Path(self.output_dir)
+
+    def to_dict(self) -> dict:
+        """The fields in order (the record's ``args``)."""
+        return asdict(self)
+
+    def recipe(self, preset: Preset) -> Recipe:
+        """The preset's recipe with this run's overrides; UsageError (naming the flag) on a value out of range, here
+        or in the run's step counts."""
+        overrides = {}
+        for name in RECIPE_FLAGS:
+            value, default = getattr(self, name), getattr(preset.recipe, name)
+            if value is not None:
+                overrides[name] = value if default is None else type(default)(value)
+        recipe = replace(preset.recipe, **overrides)
+        positive = (
+            "learning_rate",
+            "max_tokens",
+            "update_tokens",
+            "vocab_size",
+            "max_sentence_tokens",
+            "max_lines",
+            "max_sentences",
+        )
+        for name in positive:
+            value = getattr(recipe, name)
+            if value is not None and value <= 0:
+                raise UsageError(f"--{name.replace('_', '-')} {value}: must be > 0")
+        for name in ("warmup_updates", "warmup_init_lr", "weight_decay", "max_grad_norm"):
+            if getattr(recipe, name) < 0:
+                raise UsageError(f"--{name.replace('_', '-')} {getattr(recipe, name)}: must be >= 0")
+        for flag, value in (("--max-steps", self.max_steps), ("--logging-steps", self.logging_steps)):
+            if value < 1:
+                raise UsageError(f"{flag} {value}: must be at least 1")
+        if self.save_steps < 1:
+            raise UsageError(f"--save-steps {self.save_steps}: must be at least 1")
+        if self.max_minutes is not None and self.max_minutes <= 0:
+            raise UsageError(f"--max-minutes {self.max_minutes}: must be > 0")
+        return recipe
+
+
+def flag_error(flag: str, err: Exception) -> UsageError:
+    """``err`` as a UsageError that names the flag whose value caused it."""
+    return UsageError(f"{flag}: {err}")
+
+
+def config_overrides(items: list[str], config_class: type[PretrainedConfig]) -> dict:
+    """``["distance_beta=0.5", "distance_vnorm_grad=false"]`` -> typed dict (values parsed as YAML scalars).
+
+    UsageError on a malformed item or a key that is not a parameter of ``config_class``.
+    """
+    known = [name for name in inspect.signature(config_class.__init__).parameters if name not in ("self", "kwargs")]
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise UsageError(f"--set {item!r}: expected KEY=VALUE")
+        key, value = (part.strip() for part in item.split("=", 1))
+        if key not in known:
+            raise UsageError(f"unknown --set key {key!r}; known keys: {', '.join(known)}")
+        out[key] = yaml.safe_load(value)
+    return out

@@ -1,0 +1,132 @@
+"""``hf-tlaser train --teacher``: the distillation term against a hand computation, the collator's pivot texts,
+short runs of several families with a tiny sentence-transformers teacher (loss parts logged, the run saves), and the
+exit-2 usage errors."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from test_teacher import make_st_model
+
+from hf_tlaser.training.cli import main
+from hf_tlaser.training.distill import DistillCollator, pivot_of_group, pivot_of_pair
+from hf_tlaser.training.trainer import DISTILL_INPUTS, distill_loss
+
+TINY = {
+    "tlaser": ["hidden_size=32", "num_hidden_layers=2", "num_attention_heads=4", "intermediate_size=64",
+               "decoder_attention_heads=4", "decoder_ffn_dim=64"],
+    "laser1": ["embed_dim=32", "lstm_hidden_size=16", "decoder_hidden_size=64"],
+    "ldt": ["hidden_size=32", "num_attention_heads=4", "intermediate_size=64"],
+}  # fmt: skip
+TINY["ctlaser"] = TINY["tlaser"]
+
+
+@pytest.fixture(scope="module")
+def teacher32(tmp_path_factory, tokenizer) -> Path:
+    return make_st_model(tmp_path_factory.mktemp("st32"), tokenizer, hidden_size=32)
+
+
+def distill_args(out: Path, tokenizer_dir: Path, model: str, *extra: str) -> list[str]:
+    args = [
+        "--model", model, "--preset", "tiny", "--corpora", "wmt-newstest-multiway", "--max-lines", "200",
+        "--tokenizer", str(tokenizer_dir), "--output-dir", str(out), "--max-tokens", "600",
+        "--update-tokens", "600", "--warmup-updates", "2", "--learning-rate", "3e-3", "--logging-steps", "1",
+        "--precision", "fp32", "--seed", "3", "--max-steps", "3", "--pairs", "de-en,fr-en",
+    ]  # fmt: skip
+    return args + [f"--set={item}" for item in TINY.get(model, [])] + list(extra)
+
+
+def test_distill_loss_matches_a_hand_computation():
+    student = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
+    teacher = torch.tensor([[0.0, 1.0], [0.0, 1.0]])
+    mse, cosine = distill_loss(student, teacher)
+    assert float(mse) == pytest.approx((1 + 1 + 0 + 1) / 4)
+    assert float(cosine) == pytest.approx((0.0 + 1.0) / 2)
+
+
+def test_pivot_sides():
+    assert pivot_of_pair("de", "en", ["en"]) == "en"
+    assert pivot_of_pair("en", "de", ["en"]) == "en"
+    assert pivot_of_pair("de", "fr", ["en"]) == "fr"  # no pivot: the target side
+    assert pivot_of_pair("en", "es", ["en", "es"]) == "es"  # both pivots: the target side
+    assert pivot_of_group({"de": "x", "en": "y", "fr": None}, [("de", "en")], ["en"]) == "en"
+    assert pivot_of_group({"de": "x", "fr": "z", "en": None}, [("de", "fr")], ["en"]) == "fr"
+
+
+def test_collator_gathers_the_pivot_vector_for_both_sides(tokenizer):
+    class Inner:
+        def __call__(self, examples):
+            return {"labels": torch.zeros(len(examples), 1, dtype=torch.long)}
+
+    matrix = np.arange(6, dtype=np.float32).reshape(3, 2)
+    row_of = {"a": 0, "b": 1, "c": 2}
+    collator = DistillCollator(Inner(), tokenizer, matrix, row_of, [("de", "en"), ("fr", "en")], ["en"])
+    pair = [{"src_lang": "de", "tgt_lang": "en", "src": "Hallo", "tgt": "b"}]
+    batch = collator(pair)
+    ids, mask, targets = (batch[key] for key in DISTILL_INPUTS)
+    assert ids.shape[0] == mask.shape[0] == 2
+    assert torch.equal(targets, torch.tensor([[2.0, 3.0], [2.0, 3.0]]))
+    group = [{"de": "Hallo", "en": "c", "fr": "Salut"}]
+    targets = collator(group)[DISTILL_INPUTS[2]]
+    assert torch.equal(targets, torch.tensor([[4.0, 5.0]] * 3))
+
+
+def error_lines(stderr: str) -> list[str]:
+    """The error lines of stderr (loading a teacher may draw progress bars there)."""
+    return [line for line in stderr.splitlines() if "error" in line.lower()]
+
+
+def logged(out: Path) -> list[dict]:
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    return [entry for entry in history if "loss" in entry]
+
+
+@pytest.mark.parametrize("model", ["tlaser", "ctlaser", "laser1", "ldt"])
+def test_short_run_with_a_teacher_logs_the_parts_and_saves(model, tmp_path, tokenizer_dir, teacher32):
+    out = tmp_path / "run"
+    args = distill_args(out, tokenizer_dir, model, "--teacher", str(teacher32), "--teacher-cache", str(tmp_path / "c"))
+    assert main(args) == 0
+    history = logged(out)
+    assert len(history) == 3
+    for entry in history:
+        assert entry["loss_distill"] > 0 and math.isfinite(entry["loss_distill"]), entry
+        assert -1.0 <= entry["distill_cosine"] <= 1.0, entry
+    assert (out / "model.safetensors").is_file()
+    record = json.loads((out / "run.json").read_text()) if (out / "run.json").is_file() else None
+    if record is not None:
+        assert record["args"]["teacher"] == str(teacher32)
+
+
+def test_without_a_teacher_nothing_is_logged(tmp_path, tokenizer_dir):
+    out = tmp_path / "run"
+    assert main(distill_args(out, tokenizer_dir, "tlaser", "--max-steps", "1")) == 0
+    assert all("loss_distill" not in entry for entry in logged(out))
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        (["--teacher", "/no/such/teacher"], "--teacher"),
+        (["--teacher", "TEACHER", "--set=hidden_size=64"], "64"),
+        (["--teacher", "TEACHER", "--distill-weight", "0"], "--distill-weight"),
+    ],
+)
+def test_bad_teacher_inputs_exit_2_with_one_line(extra, expected, tmp_path, tokenizer_dir, teacher32, capsys):
+    out = tmp_path / "run"
+    extra = [str(teacher32) if item == "TEACHER" else item for item in extra]
+    assert main(distill_args(out, tokenizer_dir, "tlaser", *extra)) == 2
+    err = error_lines(capsys.readouterr().err)
+    assert len(err) == 1 and err[0].startswith("hf-tlaser train: error:") and expected in err[0], err
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_cnv_refuses_a_teacher(tmp_path, teacher32, capsys):
+    args = ["--model", "cnv", "--pairs", "de-en", "--output-dir", str(tmp_path / "run"), "--teacher", str(teacher32)]
+    assert main(args) == 2
+    err = error_lines(capsys.readouterr().err)
+    assert len(err) == 1 and "--model cnv" in err[0] and "r x d" in err[0], err

@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -109,17 +113,19 @@ def test_without_a_teacher_nothing_is_logged(tmp_path, tokenizer_dir):
 
 
 @pytest.mark.parametrize(
-    ("extra", "expected"),
+    ("model", "extra", "expected"),
     [
-        (["--teacher", "/no/such/teacher"], "--teacher"),
-        (["--teacher", "TEACHER", "--set=hidden_size=64"], "64"),
-        (["--teacher", "TEACHER", "--distill-weight", "0"], "--distill-weight"),
+        ("tlaser", ["--teacher", "/no/such/teacher"], "--teacher"),
+        ("tlaser", ["--teacher", "TEACHER", "--set=hidden_size=64"], "--set teacher_dim=32"),
+        ("tlaser", ["--teacher", "TEACHER", "--set=teacher_dim=16"], "the student's 16"),
+        ("laser1", ["--teacher", "TEACHER", "--set=lstm_hidden_size=32"], "no projection head"),
+        ("tlaser", ["--teacher", "TEACHER", "--distill-weight", "0"], "--distill-weight"),
     ],
 )
-def test_bad_teacher_inputs_exit_2_with_one_line(extra, expected, tmp_path, tokenizer_dir, teacher32, capsys):
+def test_bad_teacher_inputs_exit_2_with_one_line(model, extra, expected, tmp_path, tokenizer_dir, teacher32, capsys):
     out = tmp_path / "run"
     extra = [str(teacher32) if item == "TEACHER" else item for item in extra]
-    assert main(distill_args(out, tokenizer_dir, "tlaser", *extra)) == 2
+    assert main(distill_args(out, tokenizer_dir, model, *extra)) == 2
     err = error_lines(capsys.readouterr().err)
     assert len(err) == 1 and err[0].startswith("hf-tlaser train: error:") and expected in err[0], err
     assert not out.exists() or not any(out.iterdir())
@@ -130,3 +136,65 @@ def test_cnv_refuses_a_teacher(tmp_path, teacher32, capsys):
     assert main(args) == 2
     err = error_lines(capsys.readouterr().err)
     assert len(err) == 1 and "--model cnv" in err[0] and "r x d" in err[0], err
+
+
+@pytest.mark.parametrize("family", ["tlaser", "ldt"])
+def test_projection_head_survives_save_and_load(family, tmp_path, tokenizer, tiny_tlaser_kwargs):
+    """A ``teacher_dim`` head: encode, AutoModel, sentence-transformers, pipeline and a fresh process without
+    hf_tlaser give the same 24-dim vectors; the decoder reads the unprojected ones."""
+    from sentence_transformers import SentenceTransformer
+    from transformers import AutoModel, pipeline
+
+    from hf_tlaser import LDTConfig, LDTForAlignment, TLaserConfig, TLaserForTranslation, save_tokenizer
+
+    torch.manual_seed(0)
+    if family == "tlaser":
+        model = TLaserForTranslation(TLaserConfig(**tiny_tlaser_kwargs, teacher_dim=24)).eval()
+    else:
+        config = LDTConfig(vocab_size=len(tokenizer), hidden_size=32, num_attention_heads=4, intermediate_size=64)
+        config.teacher_dim = 24
+        model = LDTForAlignment(config).eval()
+    folder = tmp_path / "ckpt"
+    model.save_pretrained(folder)
+    save_tokenizer(tokenizer, folder)
+    texts = ["Die Prager Börse stürzt.", "El parlamento europeo aprobó la ley."]
+    expected = model.encoder.encode(texts, tokenizer)
+    assert expected.shape == (2, 24)
+    if family == "tlaser":
+        ids = tokenizer(texts, padding=True, return_tensors="pt")
+        assert model.encode_sentences(ids["input_ids"], ids["attention_mask"]).shape[-1] == 32
+    loaded = AutoModel.from_pretrained(folder, trust_remote_code=True).eval()
+    np.testing.assert_allclose(loaded.encode(texts, tokenizer), expected, atol=1e-5)
+    st = SentenceTransformer(str(folder), trust_remote_code=True, device="cpu")
+    np.testing.assert_allclose(st.encode(texts), expected, atol=1e-5)
+    extractor = pipeline("feature-extraction", model=str(folder), trust_remote_code=True, device="cpu")
+    tokens = np.asarray(extractor(texts[0])[0], dtype=np.float32)
+    pooled = tokens[0] if family == "tlaser" else tokens.mean(0)
+    np.testing.assert_allclose(pooled, expected[0], atol=1e-5)
+    script = textwrap.dedent(
+        f"""
+        import sys, json
+        sys.modules["hf_tlaser"] = None  # the package must not be importable
+        from transformers import AutoModel, AutoTokenizer
+        model = AutoModel.from_pretrained({str(folder)!r}, trust_remote_code=True).eval()
+        tok = AutoTokenizer.from_pretrained({str(folder)!r}, trust_remote_code=True)
+        assert "hf_tlaser" not in type(model).__module__
+        print(json.dumps(model.encode({texts!r}, tok).tolist()))
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf_home"))
+    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = np.array(json.loads(proc.stdout.strip().splitlines()[-1]), dtype=np.float32)
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+def test_short_run_with_a_projection_head(tmp_path, tokenizer_dir, teacher32):
+    out = tmp_path / "run"
+    extra = ["--teacher", str(teacher32), "--teacher-cache", "none", "--set=hidden_size=64", "--set=teacher_dim=32"]
+    extra += ["--set=intermediate_size=128"]
+    assert main(distill_args(out, tokenizer_dir, "ctlaser", *extra)) == 0
+    assert all("loss_distill" in entry for entry in logged(out))
+    assert json.loads((out / "config.json").read_text())["teacher_dim"] == 32
+    assert json.loads((out / "1_Pooling" / "config.json").read_text())["word_embedding_dimension"] == 32

@@ -38,17 +38,19 @@ def check_teacher(spec: RunSpec) -> Teacher | None:
 
 
 def student_width(config: PretrainedConfig) -> int:
-    """Width of the student's sentence vector (every joint-BPE family's ``hidden_size``)."""
-    return int(config.hidden_size)
+    """Width of the student's sentence vector: its projection head's (``teacher_dim``), else ``hidden_size``."""
+    return int(getattr(config, "teacher_dim", None) or config.hidden_size)
 
 
 def check_widths(teacher: Teacher, config: PretrainedConfig, spec: RunSpec) -> None:
     """UsageError when the teacher's and the student's sentence vectors differ in width."""
     width = student_width(config)
     if teacher.dim != width:
+        head = "" if hasattr(config, "teacher_dim") else " (no projection head for this family)"
         raise UsageError(
-            f"--teacher {spec.teacher}: its vectors have {teacher.dim} dimensions, the student's {width}; "
-            f"train a student of the teacher's width (--set hidden_size={teacher.dim} for tlaser/ctlaser/ldt)"
+            f"--teacher {spec.teacher}: its vectors have {teacher.dim} dimensions, the student's {width}{head}; add a "
+            f"projection head with --set teacher_dim={teacher.dim} (tlaser, ctlaser, ldt) or train a student of the "
+            f"teacher's width"
         )
 
 

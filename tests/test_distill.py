@@ -6,15 +6,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from fresh_process import fresh_vectors
 from test_teacher import make_st_model
 
 from hf_tlaser.training.cli import main
@@ -171,23 +168,15 @@ def test_projection_head_survives_save_and_load(family, tmp_path, tokenizer, tin
     tokens = np.asarray(extractor(texts[0])[0], dtype=np.float32)
     pooled = tokens[0] if family == "tlaser" else tokens.mean(0)
     np.testing.assert_allclose(pooled, expected[0], atol=1e-5)
-    script = textwrap.dedent(
-        f"""
-        import sys, json
-        sys.modules["hf_tlaser"] = None  # the package must not be importable
+    script = f"""
+        import json
         from transformers import AutoModel, AutoTokenizer
         model = AutoModel.from_pretrained({str(folder)!r}, trust_remote_code=True).eval()
         tok = AutoTokenizer.from_pretrained({str(folder)!r}, trust_remote_code=True)
         assert "hf_tlaser" not in type(model).__module__
         print(json.dumps(model.encode({texts!r}, tok).tolist()))
         """
-    )
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf_home"))
-    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    got = np.array(json.loads(proc.stdout.strip().splitlines()[-1]), dtype=np.float32)
-    np.testing.assert_allclose(got, expected, atol=1e-5)
+    np.testing.assert_allclose(fresh_vectors(script, tmp_path), expected, atol=1e-5)
 
 
 def test_short_run_with_a_projection_head(tmp_path, tokenizer_dir, teacher32):

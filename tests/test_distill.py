@@ -14,6 +14,7 @@ import torch
 from fresh_process import fresh_vectors
 from test_teacher import make_st_model
 
+from hf_tlaser.teachers.cli import main as teachers_main
 from hf_tlaser.training.cli import main
 from hf_tlaser.training.distill import DistillCollator, pivot_of_group, pivot_of_pair
 from hf_tlaser.training.trainer import DISTILL_INPUTS, distill_loss
@@ -23,6 +24,7 @@ TINY = {
                "decoder_attention_heads=4", "decoder_ffn_dim=64"],
     "laser1": ["embed_dim=32", "lstm_hidden_size=16", "decoder_hidden_size=64"],
     "ldt": ["hidden_size=32", "num_attention_heads=4", "intermediate_size=64"],
+    "yu2018": ["embed_dim=32", "encoder_hidden_size=16", "hidden_size=32", "decoder_hidden_size=64"],
 }  # fmt: skip
 TINY["ctlaser"] = TINY["tlaser"]
 
@@ -87,8 +89,8 @@ def logged(out: Path) -> list[dict]:
     return [entry for entry in history if "loss" in entry]
 
 
-@pytest.mark.parametrize("model", ["tlaser", "ctlaser", "laser1", "ldt"])
-def test_short_run_with_a_teacher_logs_the_parts_and_saves(model, tmp_path, tokenizer_dir, teacher32):
+@pytest.mark.parametrize("model", ["tlaser", "ctlaser", "laser1", "ldt", "yu2018"])
+def test_short_run_with_a_teacher_logs_the_parts_and_saves(model, tmp_path, tokenizer_dir, teacher32, caplog):
     out = tmp_path / "run"
     args = distill_args(out, tokenizer_dir, model, "--teacher", str(teacher32), "--teacher-cache", str(tmp_path / "c"))
     assert main(args) == 0
@@ -98,9 +100,18 @@ def test_short_run_with_a_teacher_logs_the_parts_and_saves(model, tmp_path, toke
         assert entry["loss_distill"] > 0 and math.isfinite(entry["loss_distill"]), entry
         assert -1.0 <= entry["distill_cosine"] <= 1.0, entry
     assert (out / "model.safetensors").is_file()
+    warnings = [r.getMessage() for r in caplog.records if "does not list the training languages" in r.getMessage()]
+    assert len(warnings) == 1 and "['fr']" in warnings[0], warnings  # the tiny teacher's card: de, en
     record = json.loads((out / "run.json").read_text()) if (out / "run.json").is_file() else None
     if record is not None:
         assert record["args"]["teacher"] == str(teacher32)
+
+
+def test_multiway_batches_with_a_teacher(tmp_path, tokenizer_dir, teacher32):
+    out = tmp_path / "run"
+    extra = ["--teacher", str(teacher32), "--teacher-cache", "none", "--batching", "multiway"]
+    assert main(distill_args(out, tokenizer_dir, "ctlaser", *extra)) == 0
+    assert all(entry["loss_distill"] > 0 for entry in logged(out))
 
 
 def test_without_a_teacher_nothing_is_logged(tmp_path, tokenizer_dir):
@@ -187,3 +198,19 @@ def test_short_run_with_a_projection_head(tmp_path, tokenizer_dir, teacher32):
     assert all("loss_distill" in entry for entry in logged(out))
     assert json.loads((out / "config.json").read_text())["teacher_dim"] == 32
     assert json.loads((out / "1_Pooling" / "config.json").read_text())["word_embedding_dimension"] == 32
+
+
+@pytest.mark.parametrize(("limit", "rc"), [("100000", 0), ("20", 2)])
+def test_vectors_teacher(limit, rc, tmp_path, tokenizer_dir, teacher32, data_dir, capsys):
+    """A ``vectors:`` file of the corpus's English texts trains; one that lacks some of them exits 2 in one line."""
+    vectors = tmp_path / "en.npy"
+    args = ["--teacher", str(teacher32), "--corpora", "wmt-newstest-multiway", "--data-dir", str(data_dir)]
+    assert teachers_main([*args, "--limit", limit, "--cache-dir", "none", "--output", str(vectors)]) == 0
+    out = tmp_path / "run"
+    capsys.readouterr()
+    assert main(distill_args(out, tokenizer_dir, "ctlaser", "--teacher", f"vectors:{vectors}")) == rc
+    if rc:
+        err = error_lines(capsys.readouterr().err)
+        assert len(err) == 1 and "texts are not in it" in err[0], err
+    else:
+        assert all("loss_distill" in entry for entry in logged(out))

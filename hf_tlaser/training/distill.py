@@ -18,7 +18,7 @@ from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
 from hf_tlaser.data import Pair, ParallelExamples
 from hf_tlaser.errors import UsageError
-from hf_tlaser.teachers import NO_CACHE, Teacher, TeacherCache, load_teacher
+from hf_tlaser.teachers import NO_CACHE, Teacher, TeacherCache, VectorsTeacher, load_teacher
 from hf_tlaser.training.spec import RunSpec
 from hf_tlaser.training.trainer import DISTILL_INPUTS
 
@@ -90,7 +90,7 @@ def teacher_matrix(
     text's row."""
     columns = [lang for lang in languages if lang in dataset.languages]
     texts = sorted({text for lang in columns for text in dataset.dataset[lang] if text})
-    if cache_dir == NO_CACHE:
+    if cache_dir == NO_CACHE or isinstance(teacher, VectorsTeacher):  # a vectors: file is a lookup already
         matrix = np.asarray(teacher.encode(texts), dtype=np.float32)
     else:
         matrix = TeacherCache(cache_dir, teacher, show_progress=False).get(texts)

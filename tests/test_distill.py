@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ from test_teacher import make_st_model
 from hf_tlaser.teachers.cli import main as teachers_main
 from hf_tlaser.training.cli import main
 from hf_tlaser.training.distill import DistillCollator, pivot_of_group, pivot_of_pair
-from hf_tlaser.training.trainer import DISTILL_INPUTS, distill_loss
+from hf_tlaser.training.trainer import DISTILL_INPUTS, LaserTrainer, distill_loss
 
 TINY = {
     "tlaser": ["hidden_size=32", "num_hidden_layers=2", "num_attention_heads=4", "intermediate_size=64",
@@ -50,6 +51,28 @@ def test_distill_loss_matches_a_hand_computation():
     mse, cosine = distill_loss(student, teacher)
     assert float(mse) == pytest.approx((1 + 1 + 0 + 1) / 4)
     assert float(cosine) == pytest.approx((0.0 + 1.0) / 2)
+
+
+def test_distill_term_is_scaled_as_the_token_normalised_loss():
+    """weight x MSE x (this micro-batch's target tokens / the update's), times the processes when the Trainer
+    averages tokens across them: the alignment loss's scaling."""
+
+    class Encoder(torch.nn.Module):
+        def forward(self, input_ids, attention_mask):
+            return SimpleNamespace(pooler_output=input_ids.float())
+
+    model = SimpleNamespace(encoder=Encoder())
+    trainer = SimpleNamespace(
+        distill_weight=0.5,
+        accelerator=SimpleNamespace(unwrap_model=lambda m: m, num_processes=2),
+        args=SimpleNamespace(average_tokens_across_devices=True),
+    )
+    student, teacher = torch.tensor([[1, 0], [0, 2]]), torch.tensor([[0.0, 1.0], [0.0, 1.0]])
+    term, parts = LaserTrainer.distill_term(trainer, model, student, None, teacher, torch.tensor(30), torch.tensor(120))
+    assert float(parts["loss_distill"]) == pytest.approx(0.75)
+    assert float(term) == pytest.approx(0.5 * 0.75 * 30 / 120 * 2)
+    term, _ = LaserTrainer.distill_term(trainer, model, student, None, teacher, torch.tensor(30), None)
+    assert float(term) == pytest.approx(0.5 * 0.75)
 
 
 def test_pivot_sides():

@@ -82,6 +82,7 @@ def test_pivot_sides():
     assert pivot_of_pair("en", "es", ["en", "es"]) == "es"  # both pivots: the target side
     assert pivot_of_group({"de": "x", "en": "y", "fr": None}, [("de", "en")], ["en"]) == "en"
     assert pivot_of_group({"de": "x", "fr": "z", "en": None}, [("de", "fr")], ["en"]) == "fr"
+    assert pivot_of_group({"de": "x", "fr": "z", "es": "w"}, [("de", "fr")], ["es"]) == "fr"  # es: no pair
 
 
 def test_collator_gathers_the_pivot_vector_for_both_sides(tokenizer):

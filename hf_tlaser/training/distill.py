@@ -71,8 +71,10 @@ def pivot_of_pair(src: str, tgt: str, pivots: Sequence[str]) -> str:
 
 
 def pivot_of_group(group: dict[str, str | None], pairs: Sequence[Pair], pivots: Sequence[str]) -> str | None:
-    """A multi-way group's pivot language: its first pivot present, else its first target language present."""
-    for lang in list(pivots) + [b for _, b in pairs]:
+    """A multi-way group's pivot language: its first pivot of the curriculum present, else its first target language
+    present."""
+    curriculum = {lang for pair in pairs for lang in pair}
+    for lang in [lang for lang in pivots if lang in curriculum] + [b for _, b in pairs]:
         if group.get(lang):
             return lang
     return None

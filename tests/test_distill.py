@@ -15,6 +15,7 @@ import torch
 from fresh_process import fresh_vectors
 from test_teacher import make_st_model
 
+import hf_tlaser
 from hf_tlaser.teachers.cli import main as teachers_main
 from hf_tlaser.training.cli import main
 from hf_tlaser.training.distill import DistillCollator, pivot_of_group, pivot_of_pair
@@ -192,6 +193,7 @@ def test_projection_head_survives_save_and_load(family, tmp_path, tokenizer, tin
     texts = ["Die Prager Börse stürzt.", "El parlamento europeo aprobó la ley."]
     expected = model.encoder.encode(texts, tokenizer)
     assert expected.shape == (2, 24)
+    np.testing.assert_allclose(hf_tlaser.encode(model, tokenizer, texts, precision="fp32"), expected, atol=1e-5)
     if family == "tlaser":
         ids = tokenizer(texts, padding=True, return_tensors="pt")
         assert model.encode_sentences(ids["input_ids"], ids["attention_mask"]).shape[-1] == 32

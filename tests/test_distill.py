@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from ddp_launch import launch_ddp
 from fresh_process import fresh_vectors
 from test_teacher import make_st_model
 
@@ -240,3 +241,13 @@ def test_vectors_teacher(limit, rc, tmp_path, tokenizer_dir, teacher32, data_dir
         assert len(err) == 1 and "texts are not in it" in err[0], err
     else:
         assert all("loss_distill" in entry for entry in logged(out))
+
+
+def test_trains_under_two_process_ddp(tmp_path, tokenizer_dir, teacher32):
+    """``accelerate launch`` with 2 CPU processes: the teacher term (an encoder call beside the DDP-wrapped forward)
+    keeps the weights identical across ranks."""
+    out = tmp_path / "ddp"
+    extra = ["--teacher", str(teacher32), "--teacher-cache", "none", "--max-steps", "2", "--update-tokens", "1200"]
+    ranks = launch_ddp(out, distill_args(out, tokenizer_dir, "ctlaser", *extra))
+    assert ranks[0]["world_size"] == 2 and ranks[0]["checksum"] == ranks[1]["checksum"]
+    assert all("loss_distill" in entry for entry in logged(out))

@@ -9,7 +9,7 @@ import torch
 
 from hf_tlaser.data.paths import get_data_dir
 from hf_tlaser.data.readers import iter_lines
-from hf_tlaser.tokenization import train_tokenizer
+from hf_tlaser.tokenization import save_tokenizer, train_tokenizer
 
 torch.set_num_threads(2)
 
@@ -33,6 +33,14 @@ def newstest_lines(data_dir) -> dict[str, list[str]]:
 def tokenizer(newstest_lines):
     texts = [line for lines in newstest_lines.values() for line in lines]
     return train_tokenizer(texts=texts, vocab_size=400, show_progress=False)
+
+
+@pytest.fixture(scope="session")
+def tokenizer_dir(tmp_path_factory, tokenizer):
+    """``tokenizer`` saved in a folder (``--tokenizer``); a test module may define its own."""
+    folder = tmp_path_factory.mktemp("tok")
+    save_tokenizer(tokenizer, folder)
+    return folder
 
 
 @pytest.fixture(scope="session")

@@ -25,6 +25,7 @@ import yaml
 from hf_tlaser.data import DEFAULT_PAIRS, REGISTRY, SPEC_HELP
 from hf_tlaser.errors import UsageError
 from hf_tlaser.hardware import PRECISIONS
+from hf_tlaser.teachers import SPEC_HELP as TEACHER_SPEC_HELP
 from hf_tlaser.training.families import train
 from hf_tlaser.training.presets import MODELS, SIZES, get_preset
 from hf_tlaser.training.spec import BATCHING, RECIPE_FLAGS, RunSpec
@@ -138,6 +139,23 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="A_TO_B,B_TO_A",
         help="cnv: two existing Hugging Face seq2seq folders or Hub ids (a->b, b->a) instead of training them",
+    )
+    p.add_argument(
+        "--teacher",
+        default=None,
+        help=f"distil towards a teacher's sentence vectors (MSE of both sides of each pair to the teacher's vector "
+        f"of the pivot text; joint-BPE families, not cnv): {TEACHER_SPEC_HELP}",
+    )
+    p.add_argument(
+        "--distill-weight",
+        type=float,
+        default=defaults["distill_weight"],
+        help="--teacher: weight of the distillation MSE, added to the family's own losses",
+    )
+    p.add_argument(
+        "--teacher-cache",
+        default=None,
+        help="--teacher: teacher-vector cache folder, or 'none' (default: $HF_TLASER_TEACHER_CACHE or ~/.cache)",
     )
     for name in RECIPE_FLAGS:
         kind = {"batching": str, "max_lines": int, "max_sentences": int}.get(name, float)

@@ -116,6 +116,11 @@ def check_cnv_args(spec: RunSpec, recipe: Recipe) -> CNVPlan:
     """The cheap checks of a cNV command line (before any file is read); UsageError on a mistake."""
     if not spec.pairs:
         raise UsageError("--model cnv takes one language pair a-b (its NMT pair a->b and b->a): give --pairs a-b")
+    if spec.teacher is not None:
+        raise UsageError(
+            "--teacher is not available for --model cnv: its vectors are r x d matrices per language pair from frozen "
+            "NMT encoders, with no single sentence vector to regress onto a teacher's"
+        )
     if spec.streaming:
         raise UsageError("--streaming is not available for --model cnv (its two stages read the corpora in memory)")
     try:

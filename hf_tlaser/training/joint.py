@@ -16,7 +16,16 @@ from transformers import AutoTokenizer, PretrainedConfig, PreTrainedTokenizerBas
 
 from hf_tlaser.data import Pair, TranslationCollator, decoder_languages
 from hf_tlaser.errors import UsageError
+from hf_tlaser.teachers import Teacher
 from hf_tlaser.tokenization import save_tokenizer, write_token_report
+from hf_tlaser.training.distill import (
+    DistillCollator,
+    check_teacher,
+    check_widths,
+    pivot_languages,
+    teacher_matrix,
+    warn_languages,
+)
 from hf_tlaser.training.plan import DataPlan, plan_corpus, plan_data, plan_stream, train_joint_bpe
 from hf_tlaser.training.presets import Preset, Recipe, get_preset
 from hf_tlaser.training.run import Run
@@ -123,6 +132,7 @@ class JointPlan:
     overrides: dict
     config: PretrainedConfig
     tokenizer: PreTrainedTokenizerBase | None
+    teacher: Teacher | None = None
 
 
 def check_joint(spec: RunSpec) -> JointPlan:
@@ -139,6 +149,7 @@ def check_joint(spec: RunSpec) -> JointPlan:
             "--streaming trains with --batching pair: multi-way batching assigns every group by the rarest pair of "
             "the whole corpus"
         )
+    teacher = check_teacher(spec)
     checkpoint = check_output_dir(spec)
     if checkpoint is not None:
         check_resume(checkpoint, spec)
@@ -164,6 +175,9 @@ def check_joint(spec: RunSpec) -> JointPlan:
         raise UsageError(f"--set languages={table} lacks {missing}, which the curriculum {plan.describe()} needs")
     overrides = {**overrides, "languages": list(table), "training_languages": languages}
     config = preset.make_config(recipe.vocab_size, **overrides)  # vocab size and special ids follow below
+    if teacher is not None:
+        check_widths(teacher, config, spec)
+        warn_languages(teacher, languages)
     if checkpoint is not None:
         tokenizer_source = resume_tokenizer(checkpoint)
         logger.info(
@@ -181,7 +195,7 @@ def check_joint(spec: RunSpec) -> JointPlan:
         config = model_config(preset, tokenizer, str(tokenizer_source), overrides)
     if checkpoint is not None:
         check_resume_config(checkpoint, config)
-    return JointPlan(preset, recipe, checkpoint, plan, overrides, config, tokenizer)
+    return JointPlan(preset, recipe, checkpoint, plan, overrides, config, tokenizer, teacher)
 
 
 def train_joint(spec: RunSpec) -> LaserTrainer:
@@ -213,6 +227,11 @@ def train_joint(spec: RunSpec) -> LaserTrainer:
         groups = f"{len(dataset)} groups"
     model = preset.model_class(config)
     collator = collator_for(model, tokenizer, plan.pairs)
+    if checked.teacher is not None:
+        matrix, row_of = teacher_matrix(
+            checked.teacher, spec.teacher_cache, dataset, pivot_languages(plan.pairs, plan.pivots)
+        )
+        collator = DistillCollator(collator, tokenizer, matrix, row_of, plan.pairs, plan.pivots)
     logger.info(
         "%s: %.1fM parameters, %s, %s micro-batches/epoch/rank, accumulation %d, batching=%s, language table %s; "
         "training %d updates",
@@ -238,4 +257,6 @@ def train_joint(spec: RunSpec) -> LaserTrainer:
         }
         run.write_record()
     callbacks = [StreamStateCallback(dataset)] if spec.streaming else []
-    return run.fit(model, dataset, collator, sampler, callbacks=callbacks, tokenizer=tokenizer)
+    return run.fit(
+        model, dataset, collator, sampler, callbacks=callbacks, tokenizer=tokenizer, distill_weight=spec.distill_weight
+    )

@@ -165,11 +165,13 @@ class Run:
         *,
         callbacks: list[TrainerCallback] | None = None,
         tokenizer: PreTrainedTokenizerBase | None = None,
+        distill_weight: float = 1.0,
     ) -> LaserTrainer:
         """Train ``model`` on ``dataset`` (micro-batches of ``sampler``, or a stream of them without one) through
         ``collator`` for ``--max-steps`` updates, from the checkpoint if any (stopped by ``--max-minutes``); save the
         model, the trainer state and ``tokenizer`` into the output dir and, on the main process, list the entries
-        the run wrote in its record (for a later ``--overwrite``). Returns the trainer."""
+        the run wrote in its record (for a later ``--overwrite``). ``distill_weight``: of the teacher term of a
+        collator that adds the teacher's vectors (``--teacher``). Returns the trainer."""
         callbacks = ([TimeBudgetCallback(self.spec.max_minutes)] if self.spec.max_minutes else []) + (callbacks or [])
         trainer = LaserTrainer(
             model=model,
@@ -178,6 +180,7 @@ class Run:
             data_collator=collator,
             batch_sampler=sampler,
             warmup_init_lr=self.recipe.warmup_init_lr,
+            distill_weight=distill_weight,
             callbacks=callbacks or None,
         )
         out = self.out

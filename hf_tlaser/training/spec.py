@@ -68,6 +68,11 @@ class RunSpec:
     """Model config overrides ``KEY=VALUE`` (``config_overrides``)."""
     nmt_steps: int | None = None
     nmt_pair: str | None = None
+    teacher: str | None = None
+    """``--teacher SPEC``: distil towards a teacher's sentence vectors (``hf_tlaser.training.distill``)."""
+    distill_weight: float = 1.0
+    teacher_cache: str | None = None
+    """Teacher-vector cache root (None: ``$HF_TLASER_TEACHER_CACHE`` or ``~/.cache``; ``none``: no cache)."""
     # recipe overrides (RECIPE_FLAGS): None keeps the preset's value; numbers are cast to the recipe's type
     vocab_size: float | None = None
     max_tokens: float | None = None

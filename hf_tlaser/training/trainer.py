@@ -33,9 +33,22 @@ MEAN_PARTS = (
     "v_norm",
     "mean_cosine",
     "centered_cosine",
+    "loss_distill",
+    "distill_cosine",
 )
 SUM_PARTS = ("loss_mt", "loss_distance")
 COUNT_PARTS = ("skipped_pair_losses",)
+DISTILL_INPUTS = ("distill_input_ids", "distill_attention_mask", "distill_targets")
+"""Batch keys of ``--teacher`` runs: every sentence of the micro-batch in encoder format and the teacher's vector of
+its pivot text; the trainer takes them out of the batch before the model's forward."""
+
+
+def distill_loss(student: torch.Tensor, teacher: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(MSE over every element, mean cosine) of student sentence vectors [M, D] against teacher vectors [M, D]."""
+    student = student.float()
+    mse = torch.nn.functional.mse_loss(student, teacher.float())
+    cosine = torch.nn.functional.cosine_similarity(student.detach(), teacher.float(), dim=-1).mean()
+    return mse, cosine
 
 
 def inverse_sqrt_schedule(optimizer: torch.optim.Optimizer, warmup_updates: int, warmup_init_lr: float) -> LambdaLR:
@@ -116,13 +129,15 @@ class LogParts:
     def __bool__(self) -> bool:
         return self.steps > 0
 
-    def add(self, outputs) -> None:
-        """Record one micro-batch's ``num_tokens``, translation pairs (sentence embeddings) and the parts it has."""
+    def add(self, outputs, extra: dict[str, torch.Tensor] | None = None) -> None:
+        """Record one micro-batch's ``num_tokens``, translation pairs (sentence embeddings) and the parts it has
+        (``extra``: parts computed outside the model, the distillation's)."""
+        extra = extra or {}
         self.steps += 1
         self.tokens = self.tokens + outputs.num_tokens.detach()
         self.pairs += outputs.sentence_embedding.shape[0]
         for name in MEAN_PARTS + SUM_PARTS + COUNT_PARTS:
-            value = getattr(outputs, name, None)
+            value = extra.get(name, getattr(outputs, name, None))
             if value is not None:
                 self.sums[name] = self.sums.get(name, 0.0) + value.detach().float()
                 self.counts[name] = self.counts.get(name, 0) + 1
@@ -161,10 +176,12 @@ class LaserTrainer(Trainer):
         *args,
         batch_sampler: Sampler | None,
         warmup_init_lr: float = 1e-7,
+        distill_weight: float = 1.0,
         **kwargs,
     ):
         super().__init__(*args, **kwargs)
         self.batch_sampler = batch_sampler
+        self.distill_weight = distill_weight
         self.warmup_init_lr = warmup_init_lr
         self._parts = LogParts()
         self._last_log_time = time.monotonic()
@@ -217,10 +234,30 @@ class LaserTrainer(Trainer):
     def compute_loss(self, model, inputs, return_outputs: bool = False, num_items_in_batch=None):
         if model.training and not self._parts:
             self._last_log_time = time.monotonic()  # tokens/s counts from the first micro-batch after a log
+        distill = [inputs.pop(key) for key in DISTILL_INPUTS] if DISTILL_INPUTS[0] in inputs else None
         loss, outputs = super().compute_loss(model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch)
+        extra = {}
+        if distill is not None:
+            term, extra = self.distill_term(model, *distill, outputs.num_tokens, num_items_in_batch)
+            loss = loss + term
         if model.training:
-            self._parts.add(outputs)
+            self._parts.add(outputs, extra)
         return (loss, outputs) if return_outputs else loss
+
+    def distill_term(self, model, input_ids, attention_mask, targets, num_tokens, num_items_in_batch):
+        """The ``--teacher`` term of one micro-batch, scaled as the model's own loss: ``distill_weight`` x MSE of the
+        student's sentence vectors (``model.encoder``'s ``pooler_output``, what ``encode`` returns) against the
+        teacher's, weighted by the micro-batch's share of the update's target tokens (as the alignment loss), and by
+        the processes where the Trainer averages the tokens across them. Returns (term, loss parts)."""
+        encoder = self.accelerator.unwrap_model(model).encoder
+        student = encoder(input_ids=input_ids, attention_mask=attention_mask).pooler_output
+        mse, cosine = distill_loss(student, targets)
+        term = self.distill_weight * mse
+        if num_items_in_batch is not None:
+            term = term * num_tokens / num_items_in_batch
+            if self.args.average_tokens_across_devices:
+                term = term * self.accelerator.num_processes
+        return term, {"loss_distill": mse.detach(), "distill_cosine": cosine}
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """Add loss parts (per target token), collapse signals, skipped pair losses, translation pairs and target

@@ -215,7 +215,10 @@ def read_model_config(model_dir: str | os.PathLike) -> dict:
 
 
 def embedding_dim(config: dict) -> int:
-    """Sentence-vector size: ``hidden_size`` (LASER configs derive it as 2 * lstm_hidden_size)."""
+    """Sentence-vector size: ``teacher_dim`` with a projection head, else ``hidden_size`` (LASER configs derive it
+    as 2 * lstm_hidden_size)."""
+    if config.get("teacher_dim"):
+        return int(config["teacher_dim"])
     if "hidden_size" in config:
         return int(config["hidden_size"])
     return 2 * int(config["lstm_hidden_size"])
@@ -230,6 +233,19 @@ def pooling_mode(config: dict) -> str | None:
     if model_type == "yu2018":  # pools as its config says
         return {"mean": "mean", "max": "max"}.get(config.get("pooling", "mean"))
     return POOLING[model_type]
+
+
+def projection_head(config) -> torch.nn.Linear | None:
+    """The projection head of an encoder distilled from a wider or narrower teacher: ``hidden_size`` ->
+    ``config.teacher_dim``; None without one."""
+    dim = getattr(config, "teacher_dim", None)
+    return None if dim is None else torch.nn.Linear(config.hidden_size, dim)
+
+
+def project_hidden(head: torch.nn.Linear | None, hidden: torch.Tensor, project: bool = True) -> torch.Tensor:
+    """Every final hidden state through the projection head (before pooling: for CLS and mean pooling the same as
+    projecting the pooled vector); unchanged without a head or with ``project=False``."""
+    return hidden if head is None or not project else head(hidden)
 
 
 def has_sentence_transformers_files(model_dir: str | os.PathLike) -> bool:
@@ -515,7 +531,7 @@ class SentenceEncoderMixin:
             tokenizer,
             texts,
             limit=self.config.max_position_embeddings,
-            dim=self.config.hidden_size,
+            dim=getattr(self.config, "teacher_dim", None) or self.config.hidden_size,
             max_tokens=max_tokens,
             batch_size=batch_size,
             normalize=normalize,
@@ -671,7 +687,9 @@ class TranslationMixin(GenerationMixin):
         return self.config.distance_beta > 0 or self.config.align_loss_weight > 0
 
     def encode_sentences(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
-        return self.encoder(input_ids=input_ids, attention_mask=attention_mask, pooled_only=True).pooler_output
+        """The vectors the decoder reads: the encoder's, before any projection head (``config.teacher_dim``)."""
+        encoded = self.encoder(input_ids=input_ids, attention_mask=attention_mask, pooled_only=True, project=False)
+        return encoded.pooler_output
 
     def decode_logits(
         self,

@@ -57,6 +57,10 @@ class LDTConfig(PretrainedConfig):
         pad_token_id, unk_token_id, eos_token_id, cls_token_id (`int`, 0/1/2/3): special ids of the shared tokenizer
             (``cls`` is STR_TAG); none of them is ever masked or counted in a label distribution.
         mask_token_id (`int`, None): id that replaces masked tokens; None means ``unk_token_id``.
+        teacher_dim (`int`, None): width of a teacher's vectors (``hf-tlaser train --teacher``): a Linear head
+            hidden_size -> teacher_dim is applied to every final hidden state before pooling, so ``encode``,
+            ``last_hidden_state``, ``pooler_output`` and sentence-transformers give teacher_dim-wide vectors (the
+            translation decoder / training losses read the unprojected ones). None: no head.
     """
 
     model_type = "ldt"
@@ -85,10 +89,12 @@ class LDTConfig(PretrainedConfig):
         eos_token_id: int = 2,
         cls_token_id: int = 3,
         mask_token_id: int | None = None,
+        teacher_dim: int | None = None,
         **kwargs,
     ):
         self.vocab_size = vocab_size
         self.hidden_size = hidden_size
+        self.teacher_dim = teacher_dim
         self.num_hidden_layers = num_hidden_layers
         self.num_attention_heads = num_attention_heads
         self.intermediate_size = intermediate_size

@@ -24,6 +24,8 @@ from .sentence_embedding import (
     add_sentence_transformers_files,
     centered_pair_cosine,
     mean_pairwise_cosine,
+    project_hidden,
+    projection_head,
     stack_padded,
 )
 
@@ -280,6 +282,7 @@ class LDTModel(SentenceEncoderMixin, LDTPreTrainedModel):
         self.embed_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.dropout)
         self.layers = nn.ModuleList(LDTEncoderLayer(config) for _ in range(config.num_hidden_layers))
+        self.projection = projection_head(config)
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:
@@ -295,6 +298,7 @@ class LDTModel(SentenceEncoderMixin, LDTPreTrainedModel):
         output_hidden_states: bool | None = None,
         pooled_only: bool = False,
         return_dict: bool | None = None,
+        project: bool = True,
         **kwargs,
     ) -> BaseModelOutputWithPooling | tuple:
         """Encode right-padded ``STR_TAG text </s>`` sequences.
@@ -304,6 +308,8 @@ class LDTModel(SentenceEncoderMixin, LDTPreTrainedModel):
             output_hidden_states: also return the input of every layer and the final output.
             pooled_only: accepted for the interface of the other hf_tlaser encoders; no effect (the mean needs
                 every position).
+            project: apply the projection head (``config.teacher_dim``) to the final states; False: the states the
+                training losses read.
 
         Returns:
             ``last_hidden_state`` [B, S, d] and ``pooler_output`` [B, d], the mean over the non-pad positions.
@@ -323,6 +329,7 @@ class LDTModel(SentenceEncoderMixin, LDTPreTrainedModel):
             hidden = layer(hidden, key_mask)
         if output_hidden_states:
             all_hidden.append(hidden)
+        hidden = project_hidden(self.projection, hidden, project)
         weights = mask[..., None].to(hidden.dtype)
         pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1)  # mean pooling (sec. 3.1)
         hidden_states = tuple(all_hidden) if output_hidden_states else None
@@ -464,7 +471,7 @@ class LDTForAlignment(LDTPreTrainedModel):
         ids, mask = stack_padded((input_ids, mask_a), (tgt_input_ids, mask_b), pad_id=cfg.pad_token_id)
         masked, _ = stack_padded((masked_a.long(), mask_a), (masked_b.long(), mask_b), pad_id=0)
         masked = masked.bool()
-        encoded = self.encoder(ids.masked_fill(masked, cfg.masking_token_id), mask)
+        encoded = self.encoder(ids.masked_fill(masked, cfg.masking_token_id), mask, project=False)
         vectors = encoded.pooler_output
         u, v = vectors[:num_pairs], vectors[num_pairs:]
         if labels is not None:

@@ -59,6 +59,10 @@ class TLaserConfig(PretrainedConfig):
         align_scale (`float`, 20.0): inverse temperature of the alignment loss on cosine similarities.
         tie_word_embeddings (`bool`, False): tie the decoder's input embedding and output projection (the paper's
             246M parameter count implies untied).
+        teacher_dim (`int`, None): width of a teacher's vectors (``hf-tlaser train --teacher``): a Linear head
+            hidden_size -> teacher_dim is applied to every final hidden state before pooling, so ``encode``,
+            ``last_hidden_state``, ``pooler_output`` and sentence-transformers give teacher_dim-wide vectors (the
+            translation decoder / training losses read the unprojected ones). None: no head.
     """
 
     model_type = "tlaser"
@@ -102,6 +106,7 @@ class TLaserConfig(PretrainedConfig):
         cls_token_id: int = 3,
         decoder_start_token_id: int = 2,
         tie_word_embeddings: bool = False,
+        teacher_dim: int | None = None,
         **kwargs,
     ):
         self.vocab_size = vocab_size
@@ -137,6 +142,7 @@ class TLaserConfig(PretrainedConfig):
         self.align_scale = align_scale
         self.unk_token_id = unk_token_id
         self.cls_token_id = cls_token_id
+        self.teacher_dim = teacher_dim
         super().__init__(
             decoder_start_token_id=decoder_start_token_id,  # transformers 4.x's PretrainedConfig sets it
             pad_token_id=pad_token_id,

@@ -14,7 +14,13 @@ from transformers.activations import ACT2FN
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 
 from .configuration_tlaser import TLaserConfig
-from .sentence_embedding import SentenceEncoderMixin, SharedCodeMixin, TranslationMixin
+from .sentence_embedding import (
+    SentenceEncoderMixin,
+    SharedCodeMixin,
+    TranslationMixin,
+    project_hidden,
+    projection_head,
+)
 
 try:  # transformers >= 5 tracks which weights were loaded; older versions use torch.nn.init directly
     from transformers import initialization as init
@@ -198,6 +204,7 @@ class TLaserModel(SentenceEncoderMixin, TLaserPreTrainedModel):
         self.dropout = nn.Dropout(config.dropout)
         self.layers = nn.ModuleList(TLaserEncoderLayer(config) for _ in range(config.num_hidden_layers))
         self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.projection = projection_head(config)
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:
@@ -213,6 +220,7 @@ class TLaserModel(SentenceEncoderMixin, TLaserPreTrainedModel):
         output_hidden_states: bool | None = None,
         pooled_only: bool = False,
         return_dict: bool | None = None,
+        project: bool = True,
         **kwargs,
     ) -> BaseModelOutputWithPooling | tuple:
         """Encode right-padded ``STR_TAG text </s>`` sequences.
@@ -222,6 +230,7 @@ class TLaserModel(SentenceEncoderMixin, TLaserPreTrainedModel):
             output_hidden_states: also return the input of every layer and the final output.
             pooled_only: the last layer computes position 0 only (the paper's "sixth layer is entirely dedicated to
                 refining H6[t0]"); ``last_hidden_state`` is then [B, 1, d]. Ignored with ``output_hidden_states``.
+            project: apply the projection head (``config.teacher_dim``) to the final states; False: the decoder's.
         """
         output_hidden_states = bool(output_hidden_states)
         return_dict = self.config.return_dict if return_dict is None else return_dict
@@ -239,6 +248,7 @@ class TLaserModel(SentenceEncoderMixin, TLaserPreTrainedModel):
         hidden = self.layer_norm(hidden)
         if output_hidden_states:
             all_hidden.append(hidden)
+        hidden = project_hidden(self.projection, hidden, project)
         pooled = hidden[:, 0]
         hidden_states = tuple(all_hidden) if output_hidden_states else None
         if not return_dict:

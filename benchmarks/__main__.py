@@ -1,10 +1,15 @@
-"""``python -m benchmarks [--quick] [--only N ...] [--output BENCHMARKS.md]``: run the benchmarks, write the
-markdown report and a JSON of the same results next to it (``BENCHMARKS.json``)."""
+"""``python -m benchmarks [--quick] [--only N ...] [--device cpu|cuda] [--output BENCHMARKS.md]``: run the
+benchmarks, write the markdown report and a JSON of the same results next to it (``BENCHMARKS.json``).
+
+``--device cuda`` runs benchmarks 1-3 on the GPU (bf16 where ``torch.cuda.is_bf16_supported()``, else fp16) and puts
+the GPU, its driver and its measured matmul peaks into the machine header; benchmarks 4-7 time CPU-side work and
+refuse it."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import json
 import shlex
 import sys
@@ -12,9 +17,36 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import torch
+
 from benchmarks import BENCHMARKS
-from benchmarks.common import MATMUL_N, SIZES, BenchResult, log, machine_info, md_table
+from benchmarks.common import (
+    CUDA_MATMUL_N,
+    DEVICES,
+    MATMUL_N,
+    SIZES,
+    BenchResult,
+    check_device,
+    is_cuda,
+    log,
+    machine_info,
+    md_table,
+)
 from hf_tlaser.hardware import configure_threads
+
+
+def check_benchmark_devices(only: Sequence[int] | None, device: str) -> dict:
+    """The selected benchmark modules by number; ValueError naming those that cannot run on ``device`` (4-7 time
+    CPU-side work and take no device)."""
+    modules = {number: importlib.import_module(BENCHMARKS[number]) for number in sorted(only or BENCHMARKS)}
+    cpu_only = [n for n, m in modules.items() if "device" not in inspect.signature(m.run).parameters]
+    if device != "cpu" and cpu_only:
+        on_device = " ".join(str(n) for n in modules if n not in cpu_only) or "1 2 3"
+        raise ValueError(
+            f"benchmark(s) {', '.join(map(str, cpu_only))} time CPU-side work and take no --device; run them in a "
+            f"separate command without --device {device} (--only {on_device} runs on it)"
+        )
+    return modules
 
 
 def run_benchmarks(
@@ -22,12 +54,20 @@ def run_benchmarks(
     only: Sequence[int] | None = None,
     paper: bool = False,
     model_path: str | None = None,
+    device: str = "cpu",
+    presets: Sequence[str] | None = None,
 ) -> list[BenchResult]:
-    """Run the selected benchmarks (all by default) at ``size``; each result records its own duration."""
+    """Run the selected benchmarks (all by default) at ``size`` on ``device``; each result records its own
+    duration. ``presets``: benchmarks 1 and 2 also time these model presets (e.g. ``small paper``) on ``device``."""
+    check_device(device)
+    modules = check_benchmark_devices(only, device)
     results = []
-    for number in sorted(only or BENCHMARKS):
-        module = importlib.import_module(BENCHMARKS[number])
+    for number, module in modules.items():
         kwargs = {"paper": paper} if number == 1 else {"model_path": model_path} if number == 3 else {}
+        if number in (1, 2) and presets:
+            kwargs["presets"] = presets
+        if "device" in inspect.signature(module.run).parameters:
+            kwargs["device"] = device
         start = time.perf_counter()
         log(f"benchmark {number}: {module.TITLE} ({size})")
         result = module.run(size, **kwargs)
@@ -48,6 +88,7 @@ def render_markdown(results: Sequence[BenchResult], info: dict, command: str, si
         "",
         f"CPU: {info['cpu']}, capability {info['cpu_capability']}, bf16 {info['bf16']} (oneDNN native bf16: "
         f"{info['cpu_bf16_native']}); precision auto: {info['precision auto']}",
+        *gpu_header(info),
         "",
         "## Machine",
         "",
@@ -84,12 +125,32 @@ def render_markdown(results: Sequence[BenchResult], info: dict, command: str, si
     return "\n".join(lines) + "\n"
 
 
-def write_report(results: Sequence[BenchResult], output: Path, command: str, size: str) -> Path:
+def gpu_header(info: dict) -> list[str]:
+    """The header's GPU line (device, driver, CUDA runtime, measured bf16 matmul peak); none for a CPU run."""
+    if "device" not in info:
+        return []
+    peak = next((f"{v:g} TFLOP/s ({k[len('gpu matmul ') :]})" for k, v in info.items() if "bf16 TFLOP" in k), None)
+    peak = peak or next((f"{v:g} TFLOP/s ({k[len('gpu matmul ') :]})" for k, v in info.items() if "fp16 TFLOP" in k))
+    return [
+        "",
+        f"GPU: {info['device']}, NVIDIA driver {info['nvidia_driver'] or 'unknown (no nvidia-smi)'}, CUDA "
+        f"{info['torch_cuda']} (torch), compute capability {info['gpu_capability']}, bf16 {info['gpu_bf16']}; "
+        f"measured matmul peak {peak}; benchmarks 1-3 ran there.",
+    ]
+
+
+def write_report(results: Sequence[BenchResult], output: Path, command: str, size: str, device: str = "cpu") -> Path:
     """Write ``output`` (markdown) and the JSON next to it; return the JSON path."""
-    info = machine_info(MATMUL_N[size])
+    info = machine_info(MATMUL_N[size], device=device, cuda_matmul_n=CUDA_MATMUL_N[size])
     output.write_text(render_markdown(results, info, command, size))
     json_path = output.with_suffix(".json")
-    payload = {"command": command, "size": size, "machine": info, "benchmarks": [r.to_json() for r in results]}
+    payload = {
+        "command": command,
+        "size": size,
+        "device": device,
+        "machine": info,
+        "benchmarks": [r.to_json() for r in results],
+    }
     json_path.write_text(json.dumps(payload, indent=2, default=float) + "\n")
     return json_path
 
@@ -102,6 +163,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", type=int, nargs="+", choices=sorted(BENCHMARKS), help="benchmark numbers to run")
     parser.add_argument("--output", type=Path, default=Path("BENCHMARKS.md"), help="markdown report path")
     parser.add_argument("--paper", action="store_true", help="benchmark 1 also on the paper-size presets (CUDA)")
+    parser.add_argument(
+        "--device", choices=DEVICES, default="cpu", help="where benchmarks 1-3 run (cuda: bf16 where supported)"
+    )
+    parser.add_argument(
+        "--presets",
+        nargs="+",
+        choices=("small", "paper"),
+        default=None,
+        help="benchmarks 1 and 2 also time these presets at their own sizes on --device (the paper's Table 1 set-up)",
+    )
     parser.add_argument("--model", default=None, help="benchmark 3: a saved T-LASER model + tokenizer folder")
     parser.add_argument(
         "--threads", type=int, default=None, help="torch intra-op threads (default: the CPUs this process may use)"
@@ -113,8 +184,17 @@ def main(argv: list[str] | None = None) -> int:
 
     hf_logging.disable_progress_bar()
     command = "python -m benchmarks " + " ".join(map(shlex.quote, sys.argv[1:] if argv is None else argv))
-    results = run_benchmarks(size, args.only, paper=args.paper, model_path=args.model)
-    json_path = write_report(results, args.output, command.strip(), size)
+    try:
+        check_device(args.device)
+        check_benchmark_devices(args.only, args.device)
+    except ValueError as err:
+        parser.error(str(err))
+    if is_cuda(args.device):
+        log(f"device: {args.device} ({torch.cuda.get_device_name(args.device)})")
+    results = run_benchmarks(
+        size, args.only, paper=args.paper, model_path=args.model, device=args.device, presets=args.presets
+    )
+    json_path = write_report(results, args.output, command.strip(), size, device=args.device)
     log(f"wrote {args.output} and {json_path}")
     return 0
 

@@ -41,6 +41,8 @@ from hf_tlaser.training.presets import get_preset
 
 SIZES = ("smoke", "quick", "full")
 """``smoke``: seconds, for the tests; ``quick``: about a minute per benchmark; ``full``: the reported numbers."""
+DEVICES = ("cpu", "cuda")
+"""``--device``: where benchmarks 1-3 run (the others time CPU-side work and run on the CPU)."""
 
 Batch = dict[str, torch.Tensor]
 
@@ -49,6 +51,34 @@ def check_size(size: str) -> str:
     if size not in SIZES:
         raise ValueError(f"unknown size {size!r}; expected one of {SIZES}")
     return size
+
+
+def check_device(device: str) -> str:
+    """``device`` if this machine has it ("cuda" or "cuda:N" needs a visible CUDA device); ValueError otherwise."""
+    kind = device.split(":", 1)[0]
+    if kind not in DEVICES:
+        raise ValueError(f"unknown device {device!r}; expected one of {DEVICES}")
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r}: no CUDA device visible to torch {torch.__version__}")
+    return device
+
+
+def is_cuda(device: str) -> bool:
+    return device.startswith("cuda")
+
+
+def synchronize(device: str) -> None:
+    """Wait for the GPU's queued work (no-op on CPU): a timer read after this covers the kernels launched before."""
+    if is_cuda(device):
+        torch.cuda.synchronize(device)
+
+
+def train_dtype_names(device: str) -> tuple[str, ...]:
+    """The training dtypes timed on ``device``: fp32 and bf16, bf16 where the hardware runs it natively (CPU: not
+    where emulated; CUDA: ``torch.cuda.is_bf16_supported``, else fp16 instead)."""
+    if is_cuda(device):
+        return ("fp32", "bf16") if torch.cuda.is_bf16_supported(including_emulation=False) else ("fp32", "fp16")
+    return timed_dtypes(("fp32", "bf16"))
 
 
 @dataclass
@@ -305,7 +335,7 @@ class TrainStep:
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.98), weight_decay=1e-4)
 
     def step(self, batch: Batch) -> None:
-        with autocast(self.dtype, self.device):
+        with autocast(self.dtype, self.device.split(":", 1)[0]):
             loss = self.model(**batch).loss
         loss.backward()
         self.optimizer.step()
@@ -314,19 +344,83 @@ class TrainStep:
     def __call__(self) -> None:
         for batch in self.batches:
             self.step(batch)
-        if self.device.startswith("cuda"):
-            torch.cuda.synchronize()
+        synchronize(self.device)
 
 
 # ---------------------------------------------------------------------------------------------------- reports
 
 
 MATMUL_N = {"smoke": 256, "quick": 1024, "full": 1024}
+CUDA_MATMUL_N = {"smoke": 1024, "quick": 4096, "full": 8192}
 
 
-def machine_info(matmul_n: int = 1024) -> dict[str, Any]:
+def cuda_matmul_tflops(
+    dtypes: Sequence[torch.dtype] = (torch.bfloat16,), size: int = 8192, reps: int = 10, device: str = "cuda"
+) -> dict[torch.dtype, float]:
+    """TFLOP/s of a ``size`` x ``size`` x ``size`` matmul on the GPU per dtype: ``reps`` back-to-back products
+    after 3 warm-ups, timed with CUDA events (the kernels' own time, then ``torch.cuda.synchronize``)."""
+    out = {}
+    for dtype in dtypes:
+        a = torch.randn(size, size, device=device, dtype=dtype)
+        b = torch.randn(size, size, device=device, dtype=dtype)
+        for _ in range(3):
+            torch.mm(a, b)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize(device)
+        start.record()
+        for _ in range(reps):
+            torch.mm(a, b)
+        end.record()
+        torch.cuda.synchronize(device)
+        seconds = start.elapsed_time(end) / 1e3 / reps
+        out[dtype] = 2 * size**3 / seconds / 1e12
+        del a, b
+    torch.cuda.empty_cache()
+    return out
+
+
+def nvidia_driver() -> str | None:
+    """The NVIDIA driver version from ``nvidia-smi`` (None without it)."""
+    import subprocess
+
+    try:
+        done = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip().splitlines()[0] if done.returncode == 0 and done.stdout.strip() else None
+
+
+def cuda_info(device: str = "cuda", matmul_n: int = 8192) -> dict[str, Any]:
+    """The GPU: name, memory, multiprocessors, driver, CUDA runtime of torch, bf16 support and the measured
+    bf16 (and tf32-off fp32) matmul peaks."""
+    props = torch.cuda.get_device_properties(device)
+    bf16 = torch.cuda.is_bf16_supported(including_emulation=False)
+    dtypes = (torch.bfloat16, torch.float16, torch.float32) if bf16 else (torch.float16, torch.float32)
+    peak = cuda_matmul_tflops(dtypes, size=matmul_n, device=device)
+    info = {
+        "device": f"{device} ({torch.cuda.get_device_name(device)})",
+        "gpu_memory_gib": round(props.total_memory / 2**30, 1),
+        "gpu_multiprocessors": props.multi_processor_count,
+        "gpu_capability": f"{props.major}.{props.minor}",
+        "nvidia_driver": nvidia_driver(),
+        "torch_cuda": torch.version.cuda,
+        "gpu_bf16": "native" if bf16 else "no",
+    }
+    names = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32 (tf32 off)"}
+    info.update({f"gpu matmul {matmul_n}^3 {names[d]} TFLOP/s": round(v, 1) for d, v in peak.items()})
+    info["precision auto (gpu)"] = str(resolve_precision("auto", device).precision)
+    return info
+
+
+def machine_info(matmul_n: int = 1024, device: str = "cpu", cuda_matmul_n: int = 8192) -> dict[str, Any]:
     """CPU model, ISA and bf16 support, matmul peak per dtype, the ``auto`` precision, threads, library versions and
-    the load average at the start."""
+    the load average at the start; on a CUDA ``device`` also the GPU, its driver and its measured matmul peaks
+    (``cuda_info``)."""
     import sentence_transformers
     import transformers
 
@@ -351,6 +445,8 @@ def machine_info(matmul_n: int = 1024) -> dict[str, Any]:
         "load_average_1min": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
     }
+    if is_cuda(device):
+        info.update(cuda_info(device, cuda_matmul_n))
     return info
 
 

@@ -6,19 +6,29 @@
   translation source and a distance partner; T-LASER trains on the very same batches with ``distance_beta=0``.
 
 Cost = 1 - tokens/s(cT-LASER) / tokens/s(T-LASER); the paper's Table 1 has 15.2K vs 23.5K words/s (-35 %).
+
+fp32 on the CPU; ``device="cuda"``: on the GPU under bf16 autocast (fp16 where the GPU has no bf16), and
+``presets=("small",)`` also times those presets' sizes (a section each; the targets stay on the size's widths).
 """
 
 from __future__ import annotations
+
+import gc
+from dataclasses import replace
+
+import torch
 
 from benchmarks.common import (
     DTYPES,
     TRAIN_SCALES,
     BenchResult,
     Target,
+    TrainScale,
     TrainStep,
     build_model,
     check_size,
     interleaved,
+    is_cuda,
     log,
     md_table,
     median,
@@ -26,8 +36,10 @@ from benchmarks.common import (
     real_batches,
     target_tokens,
     tokenizer_for,
+    train_dtype_names,
     without_targets,
 )
+from hf_tlaser.training.presets import get_preset
 
 NUMBER, TITLE = 2, "Distance-constraint cost: cT-LASER vs T-LASER tokens/s"
 TARGET_COST = 0.10
@@ -47,12 +59,9 @@ def encoded_tokens(batches: list) -> int:
     return total
 
 
-def run(size: str = "full") -> BenchResult:
-    """Run benchmark 2 at ``size`` (fp32; the same random initial weights for both models)."""
-    scale = TRAIN_SCALES[check_size(size)]
-    vocab = len(tokenizer_for(size))
-    dtype = DTYPES[DTYPE]
-    log(f"[2] building real pair-mode and multi-way batches (max_tokens={scale.max_tokens})")
+def measure_cost(size: str, scale: TrainScale, vocab: int, device: str, dtype_name: str) -> tuple[dict, str, dict]:
+    """(data, markdown, runners) of cT-LASER vs T-LASER at ``scale``'s preset and batches on ``device``."""
+    log(f"[2] {scale.preset} on {device}: real pair-mode and multi-way batches (max_tokens={scale.max_tokens})")
     pair = real_batches(size, "pair", scale.max_tokens, scale.num_batches)
     multi = real_batches(size, "multiway", scale.max_tokens, scale.num_batches)
     variants = {  # name -> (model, batches)
@@ -61,27 +70,21 @@ def run(size: str = "full") -> BenchResult:
         "multiway/tlaser": ("tlaser", multi),
         "multiway/ctlaser": ("ctlaser", multi),
     }
+    dtype = DTYPES[dtype_name]
     runners = {
-        name: TrainStep(build_model(model, scale.preset, vocab, seed=0, **scale.overrides), batches, dtype)
+        name: TrainStep(build_model(model, scale.preset, vocab, seed=0, **scale.overrides), batches, dtype, device)
         for name, (model, batches) in variants.items()
     }
-    times = interleaved(runners, scale.repeats, progress="distance cost")
+    times = interleaved(runners, scale.repeats, progress=f"distance cost ({scale.preset})")
     speeds = {name: target_tokens(variants[name][1]) / median(t) for name, t in times.items()}
     costs = {mode: 1 - speeds[f"{mode}/ctlaser"] / speeds[f"{mode}/tlaser"] for mode in ("pair", "multiway")}
-    rows = [
-        [
-            name,
-            len(variants[name][1]),
-            target_tokens(variants[name][1]),
-            encoded_tokens(variants[name][1]),
-            speeds[name],
-        ]
-        for name in variants
-    ]
+    rows = [[name, len(b), target_tokens(b), encoded_tokens(b), speeds[name]] for name, (_, b) in variants.items()]
     data = {
+        "device": device,
         "preset": scale.preset,
         "overrides": scale.overrides,
-        "dtype": DTYPE,
+        "vocab_size": vocab,
+        "dtype": dtype_name,
         "max_tokens": scale.max_tokens,
         "repeats": scale.repeats,
         "tokens_per_second": speeds,
@@ -92,10 +95,11 @@ def run(size: str = "full") -> BenchResult:
     }
     md = "\n".join(
         [
-            f"`{scale.preset}` preset widths{' with ' + str(scale.overrides) if scale.overrides else ''}, "
-            f"{DTYPE}, micro-batches of <= {scale.max_tokens} padded tokens, median of {scale.repeats} "
-            "interleaved repeats. In pair mode cT-LASER encodes the targets too (one encoder call); in multi-way "
-            "mode both models encode the same sentences and T-LASER has `distance_beta=0`.",
+            f"`{scale.preset}` preset widths{' with ' + str(scale.overrides) if scale.overrides else ''}, vocabulary "
+            f"{vocab:,}, {dtype_name}{' autocast on ' + device if is_cuda(device) else ''}, micro-batches of <= "
+            f"{scale.max_tokens} padded tokens, median of {scale.repeats} interleaved repeats. In pair mode cT-LASER "
+            "encodes the targets too (one encoder call); in multi-way mode both models encode the same sentences and "
+            "T-LASER has `distance_beta=0`.",
             "",
             md_table(["variant", "batches", "target tokens", "encoded tokens", "target tok/s"], rows),
             "",
@@ -104,6 +108,33 @@ def run(size: str = "full") -> BenchResult:
             f"{100 * PAPER_COST:.0f} %).",
         ]
     )
+    return data, md, runners
+
+
+def run(size: str = "full", device: str = "cpu", presets: tuple[str, ...] | list[str] | None = None) -> BenchResult:
+    """Run benchmark 2 at ``size`` on ``device`` (the same random initial weights for both models): fp32 on the
+    CPU, bf16 autocast on CUDA (fp16 without bf16). ``presets`` (e.g. ``("small",)``): also at those presets' widths
+    and vocabularies (``full``; smaller sizes keep the benchmark tokenizer's vocabulary), one section each."""
+    scale = TRAIN_SCALES[check_size(size)]
+    vocab = len(tokenizer_for(size))
+    dtype_name = train_dtype_names(device)[-1] if is_cuda(device) else DTYPE
+    data, md, runners = measure_cost(size, scale, vocab, device, dtype_name)
+    costs = data["cost"]
+    sections = [md]
+    for preset in presets or ():
+        recipe = get_preset("ctlaser", preset).recipe
+        preset_vocab = recipe.vocab_size if size == "full" else vocab
+        # full: the preset's own widths and batches; smaller sizes keep their overrides (a check in seconds)
+        preset_scale = replace(scale, preset=preset)
+        if size == "full":
+            preset_scale = replace(preset_scale, max_tokens=recipe.max_tokens, overrides={})
+        preset_data, preset_md, preset_runners = measure_cost(size, preset_scale, preset_vocab, device, dtype_name)
+        data[f"{preset}_preset"] = preset_data
+        sections += ["", f"Preset `{preset}`: " + preset_md]
+        del preset_runners
+        gc.collect()
+        if is_cuda(device):
+            torch.cuda.empty_cache()
     targets = [
         Target(f"ctlaser cost, {mode} mode", cost, TARGET_COST, higher_is_better=False) for mode, cost in costs.items()
     ]
@@ -113,4 +144,4 @@ def run(size: str = "full") -> BenchResult:
         mode = "pair" if "pair" in missed[0].name else "multiway"
         step = runners[f"{mode}/ctlaser"]
         profile = f"cT-LASER, {mode} mode, one micro-batch:\n" + profile_table(lambda: step.step(step.batches[0]))
-    return BenchResult(NUMBER, TITLE, data, md, targets, profile)
+    return BenchResult(NUMBER, TITLE, data, "\n".join(sections), targets, profile)

@@ -7,6 +7,10 @@ Texts: the first lines of NTREX-128 in 5 languages (1,000 x 5 = 5,000 for ``full
 ``encode``'s token budget (ST sorts by length too). Ablation: switch off ONE fast path at a time (length bucketing,
 pooled-only last layer, SDPA) and try bf16 autocast, whose embeddings must keep cosine >= 0.999 with fp32 (where
 the CPU runs bf16 natively; elsewhere the row reads "emulated"). The baseline runs ``precision="fp32"``.
+
+``device="cuda"``: both encoders on the GPU; ``full`` and ``quick`` then use the ``small`` preset's encoder shape and
+every NTREX-128 line (the ``tiny`` shape leaves a GPU idle), and the bf16 row runs where
+``torch.cuda.is_bf16_supported()``.
 """
 
 from __future__ import annotations
@@ -28,13 +32,14 @@ from benchmarks.common import (
     check_size,
     emulation_note,
     interleaved,
+    is_cuda,
     log,
     md_table,
     median,
     ntrex_texts,
     profile_table,
-    timed_dtypes,
     tokenizer_for,
+    train_dtype_names,
     without_sdpa,
 )
 from hf_tlaser.models.tlaser import TLaserModel
@@ -61,6 +66,8 @@ SCALES = {
     "quick": Scale(200, "tiny", 3),
     "full": Scale(1000, "tiny", 3),
 }
+CUDA_SCALES = {"smoke": SCALES["smoke"], "quick": Scale(1997, "small", 3), "full": Scale(1997, "small", 5)}
+"""``device="cuda"``: a GPU-sized encoder (NTREX-128 has 1,997 lines per language)."""
 
 
 def build_encoder(scale: Scale, vocab_size: int) -> TLaserModel:
@@ -70,9 +77,9 @@ def build_encoder(scale: Scale, vocab_size: int) -> TLaserModel:
     return TLaserModel(config).eval()
 
 
-def build_sentence_transformer(encoder: TLaserModel, tokenizer, folder: str):
-    """A ``SentenceTransformer`` (Transformer + CLS Pooling) around a same-size random ``BertModel`` saved in
-    ``folder`` with the same tokenizer."""
+def build_sentence_transformer(encoder: TLaserModel, tokenizer, folder: str, device: str = "cpu"):
+    """A ``SentenceTransformer`` (Transformer + CLS Pooling) on ``device`` around a same-size random ``BertModel``
+    saved in ``folder`` with the same tokenizer."""
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.base.modules.transformer import Transformer
     from sentence_transformers.sentence_transformer.modules.pooling import Pooling
@@ -94,7 +101,7 @@ def build_sentence_transformer(encoder: TLaserModel, tokenizer, folder: str):
     save_tokenizer(tokenizer, folder)
     transformer = Transformer(folder, max_seq_length=512)
     pooling = Pooling(transformer.get_embedding_dimension(), pooling_mode="cls")
-    return SentenceTransformer(modules=[transformer, pooling], device="cpu")
+    return SentenceTransformer(modules=[transformer, pooling], device=device)
 
 
 def _full_forward(forward: Callable, *args, pooled_only: bool = False, **kwargs):
@@ -131,10 +138,10 @@ def min_cosine(a: np.ndarray, b: np.ndarray, center: np.ndarray | None = None) -
     return float((a * b).sum(1).min())
 
 
-def run(size: str = "full", model_path: str | None = None) -> BenchResult:
-    """Run benchmark 3 at ``size``; ``model_path``: a saved hf_tlaser T-LASER model + tokenizer instead of random
-    weights (makes the bf16 cosine check meaningful)."""
-    scale = SCALES[check_size(size)]
+def run(size: str = "full", model_path: str | None = None, device: str = "cpu") -> BenchResult:
+    """Run benchmark 3 at ``size`` on ``device``; ``model_path``: a saved hf_tlaser T-LASER model + tokenizer instead
+    of random weights (makes the bf16 cosine check meaningful)."""
+    scale = (CUDA_SCALES if is_cuda(device) else SCALES)[check_size(size)]
     texts = [t for lang_texts in ntrex_texts(scale.lines).values() for t in lang_texts]
     if model_path:
         from transformers import AutoModel, AutoTokenizer
@@ -144,6 +151,7 @@ def run(size: str = "full", model_path: str | None = None) -> BenchResult:
     else:
         tokenizer = tokenizer_for(size)
         model = build_encoder(scale, len(tokenizer))
+    model.to(device)
     n_tokens = sum(len(ids) for ids in tokenizer(texts)["input_ids"])
     log(f"[3] {len(texts)} NTREX sentences ({n_tokens:,} tokens), max_tokens={scale.max_tokens}")
 
@@ -152,13 +160,19 @@ def run(size: str = "full", model_path: str | None = None) -> BenchResult:
 
     def baseline(subset: list[str] = texts) -> np.ndarray:
         return hf_tlaser.encode(
-            model, tokenizer, subset, max_tokens=scale.max_tokens, show_progress=False, precision="fp32"
+            model,
+            tokenizer,
+            subset,
+            max_tokens=scale.max_tokens,
+            show_progress=False,
+            precision="fp32",
+            device=device,
         )
 
     calls = count_forward_calls(model, baseline)
     st_batch = max(1, round(len(texts) / calls))
     with tempfile.TemporaryDirectory() as folder:
-        st_model = build_sentence_transformer(model, tokenizer, folder)
+        st_model = build_sentence_transformer(model, tokenizer, folder, device)
     variants: dict[str, Callable[[], np.ndarray]] = {
         "hf_tlaser.encode": baseline,
         "sentence-transformers": lambda: st_model.encode(
@@ -169,7 +183,7 @@ def run(size: str = "full", model_path: str | None = None) -> BenchResult:
         "no SDPA": lambda: _within(without_sdpa(), encode),
     }
     bf16 = "bf16 autocast"
-    if timed_dtypes(["bf16"]):
+    if train_dtype_names(device)[-1] == "bf16":
         variants[bf16] = lambda: encode(autocast_dtype=torch.bfloat16)
     reference = variants["hf_tlaser.encode"]()
     outputs = {name: fn() for name, fn in variants.items() if name != "sentence-transformers"}
@@ -191,6 +205,7 @@ def run(size: str = "full", model_path: str | None = None) -> BenchResult:
         rows.append([bf16, EMULATED, EMULATED, "-", "not timed", "-"])
     cfg = model.config
     data = {
+        "device": device,
         "sentences": len(texts),
         "tokens": n_tokens,
         "encoder": {
@@ -222,7 +237,7 @@ def run(size: str = "full", model_path: str | None = None) -> BenchResult:
             f"weights. `hf_tlaser.encode` with max_tokens={scale.max_tokens:,} made {calls} forward calls, so "
             f"sentence-transformers runs with batch_size={st_batch} (same number of calls; it sorts by length too). "
             f"Ablation rows call `model.encode` with ONE fast path off; median of {scale.repeats} interleaved "
-            "repeats.",
+            f"repeats; on {device if is_cuda(device) else 'the CPU'}.",
             "",
             md_table(
                 ["variant", "sentences/s", "tokens/s", "time / hf_tlaser", "", "min cosine vs fp32 hf_tlaser"], rows

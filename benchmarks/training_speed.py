@@ -5,9 +5,15 @@ target tokens of the translation loss per second of forward + backward + AdamW s
 autocast (bf16 only where the CPU runs it natively; elsewhere its column reads "emulated"). The LASER sizes are
 chosen by scaling the BiLSTM width (decoder width = 4x, as in every preset) until the parameter count is the
 closest to T-LASER's.
+
+``device="cuda"`` runs every model on the GPU (bf16 where ``torch.cuda.is_bf16_supported()``, else fp16).
+``presets`` (e.g. ``("small", "paper")``) also times each family at that preset's own sizes and vocabulary, unmatched,
+as the paper's Table 1 does (fp16 and bf16 autocast on CUDA, fp32 on a CPU).
 """
 
 from __future__ import annotations
+
+import gc
 
 import torch
 
@@ -24,14 +30,15 @@ from benchmarks.common import (
     count_parameters,
     emulation_note,
     interleaved,
+    is_cuda,
     log,
     md_table,
     median,
     profile_table,
     real_batches,
     target_tokens,
-    timed_dtypes,
     tokenizer_for,
+    train_dtype_names,
     without_targets,
 )
 from hf_tlaser.training.presets import get_preset
@@ -42,6 +49,8 @@ PAPER_WPS = {"tlaser": 23.5e3, "laser6": 12.4e3, "laser1": 14.3e3}  # Li & Mak 2
 
 
 DTYPE_NAMES = ("fp32", "bf16")
+SHRUNK_LASER = dict(embed_dim=32, lstm_hidden_size=32, decoder_hidden_size=128)
+"""``run_preset`` below ``full``: LASER widths of a seconds-long CPU check (the depths stay the preset's)."""
 
 
 def laser_param_count(model: str, preset: str, vocab_size: int, lstm_hidden_size: int) -> int:
@@ -110,8 +119,11 @@ def measure(
     return speeds, steps
 
 
-def run(size: str = "full", paper: bool = False) -> BenchResult:
-    """Run benchmark 1 at ``size``; ``paper`` adds the paper-size presets on CUDA (skipped without a GPU)."""
+def run(
+    size: str = "full", paper: bool = False, device: str = "cpu", presets: tuple[str, ...] | list[str] | None = None
+) -> BenchResult:
+    """Run benchmark 1 at ``size`` on ``device``; ``presets`` adds those presets at their own sizes on ``device``;
+    ``paper`` (without ``presets``) adds the paper-size presets on CUDA (skipped without a GPU)."""
     scale = TRAIN_SCALES[check_size(size)]
     torch.manual_seed(0)
     vocab = len(tokenizer_for(size))
@@ -119,15 +131,20 @@ def run(size: str = "full", paper: bool = False) -> BenchResult:
     batches = without_targets(real_batches(size, "pair", scale.max_tokens, scale.num_batches))
     models = build_matched(scale, vocab)
     params = {name: count_parameters(m) for name, m in models.items()}
-    dtypes = timed_dtypes(DTYPE_NAMES)
-    speeds, steps = measure(models, batches, dtypes, scale.repeats)
+    dtypes = train_dtype_names(device)
+    columns = tuple(dict.fromkeys((*DTYPE_NAMES, *dtypes)))
+    speeds, steps = measure(models, batches, dtypes, scale.repeats, device=device)
 
     rows = []
     for name, model in models.items():
-        tok_s = [speeds[d][name] if d in speeds else EMULATED for d in DTYPE_NAMES]
+        tok_s = [
+            speeds[d][name] if d in speeds else EMULATED if d == "bf16" and not is_cuda(device) else "-"
+            for d in columns
+        ]
         rows.append([name, describe(model), params[name], *tok_s, PAPER_WPS[name]])
     ratios = {d: speeds[d]["tlaser"] / speeds[d]["laser6"] for d in dtypes}
     data = {
+        "device": device,
         "preset": scale.preset,
         "overrides": scale.overrides,
         "vocab_size": vocab,
@@ -139,7 +156,7 @@ def run(size: str = "full", paper: bool = False) -> BenchResult:
         "param_spread": max(params.values()) / min(params.values()) - 1,
         "configs": {name: describe(m) for name, m in models.items()},
         "tokens_per_second": speeds,
-        "emulated_dtypes": [d for d in DTYPE_NAMES if d not in dtypes],
+        "emulated_dtypes": [] if is_cuda(device) else [d for d in DTYPE_NAMES if d not in dtypes],
         "ratio_tlaser_over_laser6": ratios,
         "ratio_tlaser_over_laser1": {d: speeds[d]["tlaser"] / speeds[d]["laser1"] for d in dtypes},
         "paper_ratio_tlaser_over_laser6": PAPER_WPS["tlaser"] / PAPER_WPS["laser6"],
@@ -148,11 +165,11 @@ def run(size: str = "full", paper: bool = False) -> BenchResult:
         f"`{scale.preset}` preset widths{' with ' + str(scale.overrides) if scale.overrides else ''}, vocabulary "
         f"{vocab:,} (joint BPE trained on the real data), {len(batches)} real pair-mode micro-batches of "
         f"<= {scale.max_tokens} padded tokens ({data['target_tokens_per_repeat']:,} target tokens), "
-        f"median of {scale.repeats} interleaved repeats. Parameters within "
-        f"{100 * data['param_spread']:.1f} %. {emulation_note()}".rstrip(),
+        f"median of {scale.repeats} interleaved repeats, on {device_name(device)}. Parameters within "
+        f"{100 * data['param_spread']:.1f} %. {'' if is_cuda(device) else emulation_note()}".rstrip(),
         "",
         md_table(
-            ["model", "config", "params", *(f"tok/s {d}" for d in DTYPE_NAMES), "paper WPS (GPU)"],
+            ["model", "config", "params", *(f"tok/s {d}" for d in columns), "paper WPS (GPU)"],
             rows,
         ),
         "",
@@ -160,7 +177,12 @@ def run(size: str = "full", paper: bool = False) -> BenchResult:
         + ", ".join(f"{d} **{r:.2f}x**" for d, r in ratios.items())
         + f" (paper: {data['paper_ratio_tlaser_over_laser6']:.2f}x on GPU).",
     ]
-    if paper:
+    if presets:
+        for preset in presets:
+            preset_data, preset_md = run_preset(size, preset, device)
+            data[f"{preset}_preset"] = preset_data
+            md += ["", preset_md]
+    elif paper:
         paper_data, paper_md = run_paper(size)
         data["paper_preset"] = paper_data
         md += ["", paper_md]
@@ -172,25 +194,76 @@ def run(size: str = "full", paper: bool = False) -> BenchResult:
     return BenchResult(NUMBER, TITLE, data, "\n".join(md), targets, profile)
 
 
+def device_name(device: str) -> str:
+    return f"{device} ({torch.cuda.get_device_name(device)})" if is_cuda(device) else "the CPU"
+
+
 def run_paper(size: str) -> tuple[dict, str]:
     """The ``paper`` presets (Table 1 sizes) on CUDA under fp16 and bf16 autocast; a note without a GPU."""
     if not torch.cuda.is_available():
         note = "`--paper`: skipped, no CUDA device (the paper-size presets are too big to time on this CPU)."
         log(note)
         return {"skipped": "no CUDA device"}, note
-    recipe = get_preset("tlaser", "paper").recipe
-    vocab = len(tokenizer_for(size))
-    batches = without_targets(real_batches(size, "pair", recipe.max_tokens, 8))
-    models = {name: build_model(name, "paper", vocab) for name in MODELS}
+    return run_preset(size, "paper", "cuda")
+
+
+def run_preset(size: str, preset: str, device: str = "cuda") -> tuple[dict, str]:
+    """T-LASER, LASER_6 and LASER_1 at ``preset``'s own sizes (unmatched, as in the paper's Table 1) on ``device``.
+
+    ``full``: the preset's vocabulary (its output softmax is part of the cost) and 8 micro-batches of the recipe's
+    ``max_tokens``; smaller sizes: a check of the path in seconds: the benchmark tokenizer's vocabulary, the size's
+    batches, and the size's T-LASER overrides / ``SHRUNK_LASER`` widths where the size has overrides (``smoke``).
+    CUDA: fp16 and bf16 autocast without loss scaling (speed only; bf16 only where supported); CPU: fp32.
+    """
+    scale = TRAIN_SCALES[check_size(size)]
+    recipe = get_preset("tlaser", preset).recipe
+    full = size == "full"
+    vocab = recipe.vocab_size if full else len(tokenizer_for(size))
+    max_tokens, num_batches = (recipe.max_tokens, 8) if full else (scale.max_tokens, scale.num_batches)
+    repeats = 5 if full else scale.repeats
+    log(f"[1] preset {preset} on {device}: vocabulary {vocab:,}, {num_batches} batches of <= {max_tokens} tokens")
+    batches = without_targets(real_batches(size, "pair", max_tokens, num_batches))
+    shrink = {"tlaser": scale.overrides, "laser6": SHRUNK_LASER, "laser1": SHRUNK_LASER} if scale.overrides else {}
+    models = {name: build_model(name, preset, vocab, **shrink.get(name, {})) for name in MODELS}
     params = {name: count_parameters(m) for name, m in models.items()}
-    speeds, _ = measure(models, batches, ("fp16", "bf16"), 5, device="cuda")
-    rows = [[name, params[name], speeds["fp16"][name], speeds["bf16"][name], PAPER_WPS[name]] for name in MODELS]
+    if is_cuda(device):
+        dtypes = ("fp16", "bf16") if "bf16" in train_dtype_names(device) else ("fp16",)
+    else:
+        dtypes = ("fp32",)
+    speeds, steps = measure(models, batches, dtypes, repeats, device=device)
+    rows = [
+        [name, describe(models[name]), params[name], *(speeds[d][name] for d in dtypes), PAPER_WPS[name]]
+        for name in MODELS
+    ]
+    ratios = {d: speeds[d]["tlaser"] / speeds[d]["laser6"] for d in dtypes}
+    del models, steps
+    gc.collect()
+    if is_cuda(device):
+        torch.cuda.empty_cache()
     md = "\n".join(
         [
-            f"`--paper`: Table 1 presets on {torch.cuda.get_device_name(0)}, vocabulary {vocab:,}, 8 micro-batches "
-            f"of <= {recipe.max_tokens} tokens, autocast without loss scaling (speed only).",
+            f"Preset `{preset}` (each family at its own sizes, as in the paper's Table 1"
+            f"{'; shrunk for a smoke check: ' + str(shrink) if shrink else ''}) on {device_name(device)}, "
+            f"vocabulary {vocab:,}, {len(batches)} micro-batches of <= {max_tokens} tokens "
+            f"({target_tokens(batches):,} target tokens), median of {repeats} interleaved repeats"
+            + (", autocast without loss scaling (speed only)." if is_cuda(device) else "."),
             "",
-            md_table(["model", "params", "tok/s fp16", "tok/s bf16", "paper WPS"], rows),
+            md_table(["model", "config", "params", *(f"tok/s {d}" for d in dtypes), "paper WPS (GPU, fp16)"], rows),
+            "",
+            f"Ratio T-LASER / LASER_6 at `{preset}`: "
+            + ", ".join(f"{d} **{r:.2f}x**" for d, r in ratios.items())
+            + f" (paper: {PAPER_WPS['tlaser'] / PAPER_WPS['laser6']:.2f}x).",
         ]
     )
-    return {"parameters": params, "tokens_per_second": speeds}, md
+    data = {
+        "device": device,
+        "overrides": shrink,
+        "vocab_size": vocab,
+        "max_tokens": max_tokens,
+        "num_batches": len(batches),
+        "repeats": repeats,
+        "parameters": params,
+        "tokens_per_second": speeds,
+        "ratio_tlaser_over_laser6": ratios,
+    }
+    return data, md

@@ -1,0 +1,108 @@
+"""The GPU session's CPU-side parts: the benchmarks' ``--device`` / ``--presets`` paths at smoke size on the CPU, the
+GPU line of the report header (from a made-up GPU's facts), and ``scripts/gpu_session.py summary``. Nothing here
+needs a GPU; ``scripts/gpu_session.sh --size tiny`` (minutes) is the end-to-end check and is not run here."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from benchmarks import training_speed
+from benchmarks.__main__ import check_benchmark_devices, main, render_markdown
+from benchmarks.common import check_device, train_dtype_names
+from hf_tlaser.hardware import configure_threads
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _gpu_session():
+    spec = importlib.util.spec_from_file_location("gpu_session", ROOT / "scripts" / "gpu_session.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_device_checks():
+    assert check_device("cpu") == "cpu"
+    with pytest.raises(ValueError, match="unknown device"):
+        check_device("tpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="no CUDA device"):
+            check_device("cuda")
+    assert set(check_benchmark_devices([1, 2, 3], "cuda")) == {1, 2, 3}
+    with pytest.raises(ValueError, match=r"benchmark\(s\) 4, 7 time CPU-side work.*--only 1 runs on it"):
+        check_benchmark_devices([1, 4, 7], "cuda")
+    assert train_dtype_names("cpu")[0] == "fp32"
+
+
+def test_cuda_flag_refused_without_a_gpu(capsys, monkeypatch):
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is visible")
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: None)
+    with pytest.raises(SystemExit):
+        main(["--size", "smoke", "--only", "1", "--device", "cuda"])
+    assert "no CUDA device" in capsys.readouterr().err
+
+
+def test_preset_section_on_cpu():
+    threads = torch.get_num_threads()
+    configure_threads(1)
+    try:
+        data, md = training_speed.run_preset("smoke", "paper", "cpu")
+    finally:
+        configure_threads(threads)
+    assert set(data["parameters"]) == set(training_speed.MODELS) and data["device"] == "cpu"
+    assert all(v > 0 and math.isfinite(v) for v in data["tokens_per_second"]["fp32"].values())
+    assert "Preset `paper`" in md and "shrunk for a smoke check" in md
+
+
+def test_gpu_header_names_device_driver_and_peak():
+    info = {
+        "cpu": "x",
+        "cpu_capability": "AVX2",
+        "bf16": "emulated",
+        "cpu_bf16_native": False,
+        "precision auto": "fp32 (auto: ...)",
+        "device": "cuda (NVIDIA H100 80GB HBM3)",
+        "nvidia_driver": "580.159.04",
+        "torch_cuda": "13.0",
+        "gpu_capability": "9.0",
+        "gpu_bf16": "native",
+        "gpu matmul 8192^3 bf16 TFLOP/s": 790.5,
+    }
+    header = render_markdown([], info, "python -m benchmarks --device cuda", "full").split("## Machine")[0]
+    assert "GPU: cuda (NVIDIA H100 80GB HBM3), NVIDIA driver 580.159.04, CUDA 13.0" in header
+    assert "790.5 TFLOP/s (8192^3 bf16" in header
+    cpu_only = {k: v for k, v in info.items() if not k.startswith(("device", "nvidia", "torch_cuda", "gpu"))}
+    assert "GPU:" not in render_markdown([], cpu_only, "python -m benchmarks", "full")
+
+
+def test_session_summary(tmp_path):
+    gpu_session = _gpu_session()
+    bench = {
+        "machine": {"device": "cuda (GPU)", "gpu matmul 8192^3 bf16 TFLOP/s": 700.0},
+        "benchmarks": [
+            {
+                "number": 1,
+                "targets": [{"name": "tlaser/laser6 tokens/s (bf16)", "value": 2.5, "passed": True}],
+                "data": {"paper_preset": {"tokens_per_second": {"bf16": {"tlaser": 1e5, "laser6": 4e4}}}},
+            },
+            {
+                "number": 2,
+                "targets": [{"name": "ctlaser cost, pair mode", "value": 0.3, "passed": False}],
+                "data": {"small_preset": {"tokens_per_second": {"pair/tlaser": 9e4}, "cost": {"pair": 0.3}}},
+            },
+        ],
+    }
+    (tmp_path / "BENCHMARKS.json").write_text(json.dumps(bench))
+    (tmp_path / "distributed.json").write_text(json.dumps({"fsdp": {"exit": 0, "fsdp_active": True}}))
+    text = gpu_session.summary(tmp_path)
+    assert (tmp_path / "SUMMARY.md").read_text() == text
+    assert "1. paper_preset tok/s: bf16/tlaser 100,000, bf16/laser6 40,000" in text
+    assert "2. ctlaser cost, pair mode: 0.3 (MISSED)" in text and "pair/tlaser 90,000; cost pair 30.0 %" in text
+    assert "fsdp_active" in text and "## Training and evaluation\n\n- not run" in text

@@ -31,7 +31,7 @@ pip_install() {  # quiet pip; on failure one line naming the package pip could n
     if ! "$PY" -m pip install --disable-pip-version-check "$@" >"$LOG" 2>&1; then
         missing=$(grep -oE "(No matching distribution found for|Could not find a version that satisfies the requirement|The user requested \(constraint\)) [^ ]+" "$LOG" | head -1 | awk '{print $NF}' || true)
         if [ -n "$missing" ]; then
-            fail "pip could not get $missing for Python $PY_VERSION (no reachable wheel or index); check the network or index settings (pip config list), or use Python 3.11; pip's output: $LOG"
+            fail "pip could not get $missing for Python $PY_VERSION (no reachable wheel or index); check the network or index settings (pip config list); the pins were tested on Python 3.11; pip's output: $LOG"
         fi
         fail "pip install $* failed: $(grep -E 'ERROR' "$LOG" | tail -1 | cut -c1-200 || true); pip's output: $LOG"
     fi

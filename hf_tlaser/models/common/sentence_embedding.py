@@ -620,6 +620,8 @@ DEFAULT_MAX_NEW_TOKENS = 64
 """``generate``'s length limit when neither the call nor the generation config sets one of ``LENGTH_LIMITS`` (a
 value equal to transformers' own default, ``max_length=20`` in 4.x and None in 5.x, counts as unset)."""
 LENGTH_LIMITS = ("max_new_tokens", "max_length")
+LIBRARY_GENERATION_DEFAULTS = GenerationConfig()
+"""transformers' own generation defaults, against which a config's ``LENGTH_LIMITS`` count as set."""
 
 
 class TranslationMixin(GenerationMixin):
@@ -893,9 +895,8 @@ class TranslationMixin(GenerationMixin):
         if (vectors is None) == (input_ids is None):
             raise ValueError("generate needs either vectors (sentence embeddings) or input_ids to encode")
         config = generation_kwargs.get("generation_config") or self.generation_config
-        library_default = GenerationConfig()
         if all(
-            generation_kwargs.get(key) is None and getattr(config, key) == getattr(library_default, key)
+            generation_kwargs.get(key) is None and getattr(config, key) == getattr(LIBRARY_GENERATION_DEFAULTS, key)
             for key in LENGTH_LIMITS
         ):
             generation_kwargs["max_new_tokens"] = DEFAULT_MAX_NEW_TOKENS

@@ -22,8 +22,10 @@ from .loading import (
     SentenceTransformerTeacher,
     Teacher,
     VectorsTeacher,
+    choose_prompt,
     folder_fingerprint,
     load_teacher,
+    model_folder,
 )
 from .vectors import text_keys, texts_digest, write_vectors
 
@@ -43,8 +45,10 @@ __all__ = [
     "TeacherCache",
     "VectorsTeacher",
     "cache_root",
+    "choose_prompt",
     "folder_fingerprint",
     "load_teacher",
+    "model_folder",
     "teacher_texts",
     "text_keys",
     "texts_digest",

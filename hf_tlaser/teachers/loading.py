@@ -400,7 +400,7 @@ def _display_name(spec: str, folder: Path) -> str:
     return folder.resolve().name if looks_local else spec
 
 
-def _hub_snapshot(spec: str, revision: str | None, where: str) -> tuple[Path, str]:
+def _hub_snapshot(spec: str, revision: str | None, where: str, hint: str) -> tuple[Path, str]:
     """Download (or find in the Hugging Face cache) the files of a Hub model; its folder and ``ID@COMMIT``."""
     repo_id, _, at = spec.partition("@")
     revision = revision or at or None
@@ -416,9 +416,24 @@ def _hub_snapshot(spec: str, revision: str | None, where: str) -> tuple[Path, st
         )
     except Exception as err:  # noqa: BLE001 - offline, unknown id, gated...
         raise UsageError(
-            f"{where}: no such folder, and not a loadable Hub model id ({_first_line(err)}); give {SPEC_HELP}"
+            f"{where}: no such folder, and not a loadable Hub model id ({_first_line(err)}); give {hint}"
         ) from None
     return folder, f"{repo_id}@{folder.name}"
+
+
+def model_folder(spec: str, where: str, revision: str | None = None, hint: str = SPEC_HELP) -> tuple[Path, str]:
+    """The local folder of a model SPEC (a folder, or a Hub id ``ID[@REVISION]`` downloaded or found in the cache)
+    and its identity (the resolved path, or ``hub:ID@COMMIT``); UsageError prefixed with ``where`` ending in
+    ``give {hint}``."""
+    folder = Path(spec).expanduser()
+    if folder.is_dir():
+        return folder, str(folder.resolve())
+    if folder.exists():
+        raise UsageError(f"{where} is a file, not a model folder; give {hint}")
+    if spec.startswith((".", "/", "~")) or spec.count("/") > 1 or "\\" in spec:
+        raise UsageError(f"{where}: no such folder; give {hint}")
+    folder, identity = _hub_snapshot(spec, revision, where, hint)
+    return folder, f"hub:{identity}"
 
 
 def load_teacher(
@@ -455,16 +470,7 @@ def load_teacher(
         if texts is not None:
             teacher.check_texts(texts)
         return teacher
-    folder = Path(spec).expanduser()
-    if folder.is_dir():
-        identity = str(folder.resolve())
-    elif folder.exists():
-        raise UsageError(f"{where} is a file, not a model folder; give {SPEC_HELP}")
-    elif spec.startswith((".", "/", "~")) or spec.count("/") > 1 or "\\" in spec:
-        raise UsageError(f"{where}: no such folder; give {SPEC_HELP}")
-    else:
-        folder, identity = _hub_snapshot(spec, revision, where)
-        identity = f"hub:{identity}"
+    folder, identity = model_folder(spec, where, revision)
     device = torch.device(device) if device is not None else default_device()
     config = _read_config(folder / "config.json", where)
     from hf_tlaser.evaluation.provenance import MODEL_TYPES

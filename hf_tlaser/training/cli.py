@@ -29,6 +29,7 @@ from hf_tlaser.teachers import SPEC_HELP as TEACHER_SPEC_HELP
 from hf_tlaser.training.families import train
 from hf_tlaser.training.presets import MODELS, SIZES, get_preset
 from hf_tlaser.training.spec import BATCHING, RECIPE_FLAGS, RunSpec
+from hf_tlaser.training.warm import DECODER_VOCABS, INIT_HINT, POOLING_CHOICES
 
 logger = logging.getLogger("hf_tlaser.train")
 
@@ -156,6 +157,39 @@ def build_parser() -> argparse.ArgumentParser:
         "--teacher-cache",
         default=None,
         help="--teacher: teacher-vector cache folder, or 'none' (default: $HF_TLASER_TEACHER_CACHE or ~/.cache)",
+    )
+    p.add_argument(
+        "--init-from",
+        default=None,
+        metavar="SPEC",
+        help=f"start the encoder from a pretrained model (tlaser, ctlaser, ldt; with its tokenizer, no joint BPE): "
+        f"{INIT_HINT}",
+    )
+    p.add_argument(
+        "--pooling",
+        default=None,
+        choices=POOLING_CHOICES,
+        help="the sentence vector: cls (position 0, the paper), mean, or backbone (the --init-from model's own; "
+        "the default with --init-from, else the preset's)",
+    )
+    p.add_argument(
+        "--decoder-vocab",
+        default=None,
+        choices=DECODER_VOCABS,
+        help="tlaser/ctlaser: the decoder's vocabulary, full or the pieces of the training targets (default: targets "
+        "with --init-from, else full)",
+    )
+    p.add_argument(
+        "--freeze-encoder-steps",
+        type=int,
+        default=defaults["freeze_encoder_steps"],
+        help="updates during which the encoder gets no gradient (a decoder at random init trains first)",
+    )
+    p.add_argument(
+        "--encoder-lr",
+        type=float,
+        default=None,
+        help="peak learning rate of the encoder's weights (default: --learning-rate's)",
     )
     for name in RECIPE_FLAGS:
         kind = {"batching": str, "max_lines": int, "max_sentences": int}.get(name, float)

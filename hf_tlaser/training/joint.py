@@ -32,6 +32,7 @@ from hf_tlaser.training.run import Run
 from hf_tlaser.training.run_dir import check_checkpoint, check_output_dir, check_resume, check_resume_config
 from hf_tlaser.training.spec import RunSpec, config_overrides
 from hf_tlaser.training.trainer import LaserTrainer, StreamStateCallback
+from hf_tlaser.training.warm import Backbone, backbone_overrides, check_backbone, target_vocabulary, unk_rates
 
 logger = logging.getLogger("hf_tlaser.train")
 
@@ -133,6 +134,8 @@ class JointPlan:
     config: PretrainedConfig
     tokenizer: PreTrainedTokenizerBase | None
     teacher: Teacher | None = None
+    backbone: Backbone | None = None
+    decoder_vocab: str = "full"
 
 
 def check_joint(spec: RunSpec) -> JointPlan:
@@ -150,11 +153,22 @@ def check_joint(spec: RunSpec) -> JointPlan:
             "the whole corpus"
         )
     teacher = check_teacher(spec)
+    decoder_vocab = check_decoder_vocab(spec, preset)
+    backbone = check_backbone(spec.init_from, spec.model, spec.tokenizer) if spec.init_from else None
     checkpoint = check_output_dir(spec)
     if checkpoint is not None:
         check_resume(checkpoint, spec)
         step = check_checkpoint(checkpoint)
     overrides = config_overrides(spec.set, preset.config_class)
+    if spec.pooling not in (None, "backbone"):
+        overrides["pooling"] = spec.pooling
+    if backbone is not None:
+        logger.info("--init-from: %s", backbone.describe())
+        overrides = backbone_overrides(backbone, spec.pooling or "backbone", overrides)
+    elif spec.pooling == "backbone":
+        raise UsageError("--pooling backbone: only with --init-from (the pretrained model's own pooling)")
+    if checkpoint is not None and decoder_vocab == "targets":
+        overrides["decoder_vocab_size"] = resumed_value(checkpoint, "decoder_vocab_size")
     try:
         preset.make_config(recipe.vocab_size, **overrides)
     except ValueError as err:
@@ -190,12 +204,34 @@ def check_joint(spec: RunSpec) -> JointPlan:
     else:
         tokenizer_source = Path(spec.tokenizer) if spec.tokenizer else None
     tokenizer = None
-    if tokenizer_source is not None:
+    if backbone is not None and checkpoint is None:
+        tokenizer = backbone.tokenizer
+        config = model_config(preset, tokenizer, f"--init-from {spec.init_from}", overrides)
+    elif tokenizer_source is not None:
         tokenizer = load_tokenizer(tokenizer_source, "--resume" if checkpoint else "--tokenizer")
         config = model_config(preset, tokenizer, str(tokenizer_source), overrides)
     if checkpoint is not None:
         check_resume_config(checkpoint, config)
-    return JointPlan(preset, recipe, checkpoint, plan, overrides, config, tokenizer, teacher)
+    return JointPlan(preset, recipe, checkpoint, plan, overrides, config, tokenizer, teacher, backbone, decoder_vocab)
+
+
+def check_decoder_vocab(spec: RunSpec, preset: Preset) -> str:
+    """``--decoder-vocab`` of the run (default: ``targets`` with ``--init-from``, else ``full``); UsageError for a
+    member without a translation decoder or a streamed corpus (whose targets are not known in advance)."""
+    choice = spec.decoder_vocab or ("targets" if spec.init_from else "full")
+    has_decoder = "decoder_vocab_size" in inspect.signature(preset.config_class.__init__).parameters
+    if choice == "targets" and not has_decoder:
+        if spec.decoder_vocab:
+            raise UsageError(f"--decoder-vocab targets: --model {spec.model} has no translation decoder")
+        return "full"
+    if choice == "targets" and spec.streaming:
+        raise UsageError("--decoder-vocab targets reads every training target first: not with --streaming (use full)")
+    return choice
+
+
+def resumed_value(checkpoint: Path, key: str):
+    """A value of the checkpoint's ``config.json``."""
+    return json.loads((checkpoint / "config.json").read_text(encoding="utf-8")).get(key)
 
 
 def train_joint(spec: RunSpec) -> LaserTrainer:
@@ -225,7 +261,21 @@ def train_joint(spec: RunSpec) -> LaserTrainer:
     else:
         dataset, sampler = plan_corpus(plan, tokenizer, recipe, run.training_args, spec.data_dir)
         groups = f"{len(dataset)} groups"
+    if checked.decoder_vocab == "targets" and checkpoint is None:
+        targets = sorted({b for _, b in plan.pairs})
+        vocabulary = target_vocabulary(tokenizer, (t for lang in targets for t in dataset.dataset[lang] if t))
+        config.decoder_vocab_size = len(vocabulary)
+        logger.info(
+            "decoder vocabulary: the %d pieces of the %s targets (of %d)", len(vocabulary), targets, len(tokenizer)
+        )
     model = preset.model_class(config)
+    if checked.decoder_vocab == "targets" and checkpoint is None:
+        model.decoder_vocab_ids.copy_(vocabulary)
+    if checked.backbone is not None:
+        if checkpoint is None:
+            checked.backbone.load_into(model.encoder)
+        if not spec.streaming:
+            unk_rates(tokenizer, {lang: [t for t in dataset.dataset[lang][:2000] if t] for lang in languages})
     collator = collator_for(model, tokenizer, plan.pairs)
     if checked.teacher is not None:
         matrix, row_of = teacher_matrix(
@@ -258,5 +308,13 @@ def train_joint(spec: RunSpec) -> LaserTrainer:
         run.write_record()
     callbacks = [StreamStateCallback(dataset)] if spec.streaming else []
     return run.fit(
-        model, dataset, collator, sampler, callbacks=callbacks, tokenizer=tokenizer, distill_weight=spec.distill_weight
+        model,
+        dataset,
+        collator,
+        sampler,
+        callbacks=callbacks,
+        tokenizer=tokenizer,
+        distill_weight=spec.distill_weight,
+        freeze_encoder_steps=spec.freeze_encoder_steps,
+        encoder_lr=spec.encoder_lr,
     )

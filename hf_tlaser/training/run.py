@@ -27,7 +27,7 @@ from hf_tlaser.tokenization import save_tokenizer
 from hf_tlaser.training.presets import Preset, Recipe
 from hf_tlaser.training.run_dir import recorded_outputs, remove_previous_run, write_record
 from hf_tlaser.training.spec import RunSpec
-from hf_tlaser.training.trainer import LaserTrainer, TimeBudgetCallback
+from hf_tlaser.training.trainer import FreezeEncoderCallback, LaserTrainer, TimeBudgetCallback
 
 logger = logging.getLogger("hf_tlaser.train")
 
@@ -166,13 +166,20 @@ class Run:
         callbacks: list[TrainerCallback] | None = None,
         tokenizer: PreTrainedTokenizerBase | None = None,
         distill_weight: float = 1.0,
+        freeze_encoder_steps: int = 0,
+        encoder_lr: float | None = None,
     ) -> LaserTrainer:
         """Train ``model`` on ``dataset`` (micro-batches of ``sampler``, or a stream of them without one) through
         ``collator`` for ``--max-steps`` updates, from the checkpoint if any (stopped by ``--max-minutes``); save the
         model, the trainer state and ``tokenizer`` into the output dir and, on the main process, list the entries
         the run wrote in its record (for a later ``--overwrite``). ``distill_weight``: of the teacher term of a
-        collator that adds the teacher's vectors (``--teacher``). Returns the trainer."""
+        collator that adds the teacher's vectors (``--teacher``). ``freeze_encoder_steps``: updates during which
+        ``model.encoder`` gets no gradient; ``encoder_lr``: its peak learning rate (None: the recipe's). Returns the
+        trainer."""
         callbacks = ([TimeBudgetCallback(self.spec.max_minutes)] if self.spec.max_minutes else []) + (callbacks or [])
+        if freeze_encoder_steps:
+            callbacks.append(FreezeEncoderCallback(freeze_encoder_steps))
+            self.training_args.ddp_find_unused_parameters = True  # the frozen updates leave the encoder without grads
         trainer = LaserTrainer(
             model=model,
             args=self.training_args,
@@ -181,6 +188,7 @@ class Run:
             batch_sampler=sampler,
             warmup_init_lr=self.recipe.warmup_init_lr,
             distill_weight=distill_weight,
+            encoder_lr=encoder_lr,
             callbacks=callbacks or None,
         )
         out = self.out

@@ -73,6 +73,16 @@ class RunSpec:
     distill_weight: float = 1.0
     teacher_cache: str | None = None
     """Teacher-vector cache root (None: ``$HF_TLASER_TEACHER_CACHE`` or ``~/.cache``; ``none``: no cache)."""
+    init_from: str | None = None
+    """``--init-from SPEC``: the encoder starts from a pretrained Hugging Face encoder (``hf_tlaser.training.warm``)."""
+    pooling: str | None = None
+    """``cls``, ``mean`` or ``backbone`` (the ``--init-from`` model's own); None: ``backbone`` with ``--init-from``,
+    else the preset's."""
+    decoder_vocab: str | None = None
+    """``full`` or ``targets`` (the pieces of the training targets); None: ``targets`` with ``--init-from``."""
+    freeze_encoder_steps: int = 0
+    encoder_lr: float | None = None
+    """Peak learning rate of the encoder's weights (None: the recipe's ``learning_rate``)."""
     # recipe overrides (RECIPE_FLAGS): None keeps the preset's value; numbers are cast to the recipe's type
     vocab_size: float | None = None
     max_tokens: float | None = None
@@ -139,6 +149,10 @@ class RunSpec:
             raise UsageError(f"--save-steps {self.save_steps}: must be at least 1")
         if self.max_minutes is not None and self.max_minutes <= 0:
             raise UsageError(f"--max-minutes {self.max_minutes}: must be > 0")
+        if self.freeze_encoder_steps < 0:
+            raise UsageError(f"--freeze-encoder-steps {self.freeze_encoder_steps}: must be >= 0")
+        if self.encoder_lr is not None and self.encoder_lr < 0:
+            raise UsageError(f"--encoder-lr {self.encoder_lr}: must be >= 0")
         return recipe
 
 

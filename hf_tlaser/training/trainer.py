@@ -58,7 +58,7 @@ def inverse_sqrt_schedule(optimizer: torch.optim.Optimizer, warmup_updates: int,
     ``warmup_updates=0`` means no warm-up: the peak lr at the first update, then ``lr / sqrt(update)`` (fairseq's
     formula with a warm-up of one update; fairseq itself would keep the lr at 0).
     """
-    peak = optimizer.param_groups[0]["lr"]
+    peak = max(group["lr"] for group in optimizer.param_groups)
     start = min(warmup_init_lr / peak, 1.0)
     decay_from = max(warmup_updates, 1)
 
@@ -90,6 +90,23 @@ class TimeBudgetCallback(TrainerCallback):
                 state.max_steps,
                 self.max_seconds / 60,
             )
+        return control
+
+
+class FreezeEncoderCallback(TrainerCallback):
+    """``--freeze-encoder-steps N``: ``model.encoder.frozen`` (no gradient, no backward through it) for the first N
+    updates, so that a decoder at random init does not send noise into a pretrained encoder; set from the update
+    count at every update, so a resumed run freezes exactly as the uninterrupted one."""
+
+    def __init__(self, steps: int) -> None:
+        self.steps = steps
+
+    def on_step_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs):
+        encoder = kwargs["model"].encoder
+        frozen = state.global_step < self.steps
+        if encoder.frozen != frozen:
+            logger.info("update %d: encoder %s", state.global_step, "frozen" if frozen else "trained from here")
+        encoder.frozen = frozen
         return control
 
 
@@ -177,9 +194,11 @@ class LaserTrainer(Trainer):
         batch_sampler: Sampler | None,
         warmup_init_lr: float = 1e-7,
         distill_weight: float = 1.0,
+        encoder_lr: float | None = None,
         **kwargs,
     ):
         super().__init__(*args, **kwargs)
+        self.encoder_lr = encoder_lr
         self.batch_sampler = batch_sampler
         self.distill_weight = distill_weight
         self.warmup_init_lr = warmup_init_lr
@@ -223,6 +242,23 @@ class LaserTrainer(Trainer):
         if self.batch_sampler is not None:
             self.batch_sampler.set_epoch(kwargs["epoch"])
         return super()._run_epoch(*args, **kwargs)
+
+    def create_optimizer(self, model=None) -> torch.optim.Optimizer:
+        """The Trainer's optimizer; with ``encoder_lr`` each of its parameter groups split in two, the weights of
+        ``model.encoder`` at ``encoder_lr`` (the schedule scales both alike)."""
+        optimizer = super().create_optimizer(model)
+        if self.encoder_lr is None or getattr(self, "_encoder_groups", False):
+            return optimizer
+        encoder = {id(p) for p in (self.model if model is None else model).encoder.parameters()}
+        groups = []
+        for group in optimizer.param_groups:
+            for mine, lr in ((False, group["lr"]), (True, self.encoder_lr)):
+                params = [p for p in group["params"] if (id(p) in encoder) == mine]
+                if params:
+                    groups.append({**group, "params": params, "lr": lr})
+        optimizer.param_groups = groups
+        self._encoder_groups = True
+        return optimizer
 
     def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None):
         if self.lr_scheduler is None:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from transformers import GenerationConfig, GenerationMixin
+from transformers import AutoConfig, AutoModel, GenerationConfig, GenerationMixin, PreTrainedModel
 from transformers.cache_utils import Cache
 from transformers.utils import ModelOutput, logging
 
@@ -232,7 +232,7 @@ def pooling_mode(config: dict) -> str | None:
         raise ValueError(f"model_type={model_type!r} is not an hf_tlaser model; expected one of {sorted(POOLING)}")
     if model_type == "yu2018":  # pools as its config says
         return {"mean": "mean", "max": "max"}.get(config.get("pooling", "mean"))
-    return POOLING[model_type]
+    return config.get("pooling") or POOLING[model_type]  # T-LASER: "cls" (the paper) or "mean"
 
 
 def projection_head(config) -> torch.nn.Linear | None:
@@ -246,6 +246,48 @@ def project_hidden(head: torch.nn.Linear | None, hidden: torch.Tensor, project: 
     """Every final hidden state through the projection head (before pooling: for CLS and mean pooling the same as
     projecting the pooled vector); unchanged without a head or with ``project=False``."""
     return hidden if head is None or not project else head(hidden)
+
+
+def backbone_config(config):
+    """The pretrained encoder's config nested in ``config.backbone`` (a ``to_dict()`` with its ``model_type``), or
+    None for a model with its own encoder layers."""
+    values = dict(getattr(config, "backbone", None) or {})
+    if not values:
+        return None
+    return AutoConfig.for_model(values.pop("model_type"), **values)
+
+
+def build_backbone(config) -> PreTrainedModel | None:
+    """The pretrained encoder of ``config.backbone`` (``hf-tlaser train --init-from``), built from its config
+    without weights (``from_pretrained`` or the training run load them) and without a pooler: the member pools. None
+    without a backbone."""
+    nested = backbone_config(config)
+    if nested is None:
+        return None
+    try:
+        return AutoModel.from_config(nested, add_pooling_layer=False)
+    except TypeError:  # an encoder class without a pooler option
+        return AutoModel.from_config(nested)
+
+
+def backbone_states(
+    backbone: PreTrainedModel, input_ids: torch.LongTensor, attention_mask: torch.Tensor, output_hidden_states: bool
+) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
+    """The backbone's final hidden states [B, S, d] (and with ``output_hidden_states`` the embeddings' and every
+    layer's output)."""
+    out = backbone(
+        input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=output_hidden_states, return_dict=True
+    )
+    return out.last_hidden_state, out.hidden_states if output_hidden_states else None
+
+
+def pool_hidden(hidden: torch.Tensor, attention_mask: torch.Tensor, mode: str) -> torch.Tensor:
+    """The sentence vectors [B, d] of final states [B, S, d]: position 0 (``"cls"``: STR_TAG, a backbone's ``<s>``)
+    or the mean over the non-pad positions (``"mean"``, special tokens included, as sentence-transformers)."""
+    if mode == "cls":
+        return hidden[:, 0]
+    weights = attention_mask[..., None].to(hidden.dtype)
+    return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1)
 
 
 def has_sentence_transformers_files(model_dir: str | os.PathLike) -> bool:
@@ -491,7 +533,12 @@ class SharedCodeMixin:
 
 class SentenceEncoderMixin:
     """``encode`` for encoder models whose forward returns ``pooler_output`` as the sentence vector, and a
-    ``save_pretrained`` that also writes the sentence-transformers layout."""
+    ``save_pretrained`` that also writes the sentence-transformers layout.
+
+    ``frozen`` (set by ``hf-tlaser train --freeze-encoder-steps``): the forward computes no gradient, so none
+    reaches the encoder's weights and its backward costs nothing."""
+
+    frozen: bool = False
 
     def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs) -> None:
         """Save, then add the sentence-transformers files (see ``add_sentence_transformers_files``)."""
@@ -683,6 +730,21 @@ class TranslationMixin(GenerationMixin):
         if kwargs.get("is_main_process", True):
             add_sentence_transformers_files(save_directory, normalize=None)
 
+    def to_decoder_vocab(self, ids: torch.LongTensor) -> torch.LongTensor:
+        """Tokenizer ids -> rows of a restricted decoder vocabulary (``decoder_vocab_ids``; -100 stays, a piece
+        outside it becomes ``<unk>``); unchanged without a restriction."""
+        table = getattr(self, "decoder_vocab_ids", None)
+        if table is None:
+            return ids
+        rows = torch.full((self.config.vocab_size,), self.config.unk_token_id, dtype=torch.long, device=ids.device)
+        rows[table] = torch.arange(len(table), device=ids.device)
+        return torch.where(ids.eq(-100), ids, rows[ids.clamp(min=0)])
+
+    def from_decoder_vocab(self, rows: torch.LongTensor) -> torch.LongTensor:
+        """Rows of a restricted decoder vocabulary -> tokenizer ids (``decoder_vocab_ids``); unchanged without."""
+        table = getattr(self, "decoder_vocab_ids", None)
+        return rows if table is None else table[rows]
+
     @property
     def needs_target_encoding(self) -> bool:
         """Whether training batches must also carry the targets in encoder format (a loss on translation pairs)."""
@@ -723,9 +785,11 @@ class TranslationMixin(GenerationMixin):
 
         Args:
             input_ids, attention_mask: sentences to encode [N, S] (encoder format ``STR_TAG ... </s>``).
-            labels: target tokens followed by ``</s>``, padded with -100, [T, L].
+            labels: target tokens followed by ``</s>``, padded with -100, [T, L] (tokenizer ids).
             tgt_lang: target language of each label row (codes or indices into ``config.languages``).
-            decoder_input_ids: default: ``labels`` shifted right behind ``decoder_start_token_id``.
+            decoder_input_ids: default: ``labels`` shifted right behind ``decoder_start_token_id``. Rows of the
+                decoder's vocabulary, which are tokenizer ids unless ``config.decoder_vocab_size`` restricts it
+                (``to_decoder_vocab``); the logits are over the same rows.
             tgt_input_ids, tgt_attention_mask: the targets in encoder format [T, S']; encoded in the same encoder
                 call as the sources and paired with them for the distance loss.
             src_index: row of ``input_ids`` that is the source of each label row (multi-way batches; default
@@ -760,6 +824,8 @@ class TranslationMixin(GenerationMixin):
         else:
             vectors = src_vectors = sentence_embeddings
         out = TranslationOutput(sentence_embedding=src_vectors)
+        if labels is not None:
+            labels = self.to_decoder_vocab(labels)
         if labels is not None or decoder_input_ids is not None:
             tgt_lang = self.lang_ids(tgt_lang, src_vectors.shape[0], src_vectors.device)
             if decoder_input_ids is None:
@@ -916,10 +982,14 @@ class TranslationMixin(GenerationMixin):
             out = super().generate(start, sentence_embeddings=vectors, tgt_lang=langs, **generation_kwargs)
         finally:
             self.train(was_training)
+        sequences = out.sequences if isinstance(out, ModelOutput) else out
+        tokens = self.from_decoder_vocab(
+            _generated_tokens(sequences, self.config.eos_token_id, self.config.pad_token_id)
+        )
         if isinstance(out, ModelOutput):
-            out.sequences = _generated_tokens(out.sequences, self.config.eos_token_id, self.config.pad_token_id)
+            out.sequences = tokens
             return out
-        return _generated_tokens(out, self.config.eos_token_id, self.config.pad_token_id)
+        return tokens
 
 
 def stack_padded(*parts: tuple[torch.Tensor, torch.Tensor | None], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -61,6 +61,11 @@ class LDTConfig(PretrainedConfig):
             hidden_size -> teacher_dim is applied to every final hidden state before pooling, so ``encode``,
             ``last_hidden_state``, ``pooler_output`` and sentence-transformers give teacher_dim-wide vectors (the
             translation decoder / training losses read the unprojected ones). None: no head.
+        backbone (`dict`, None): the nested config (``to_dict()``, with its ``model_type``) of a pretrained Hugging
+            Face encoder that replaces the LDT layers (``hf-tlaser train --init-from``; its input embeddings are then
+            the generative loss's output matrix). None: the paper's encoder, sized by the fields above.
+        pooling (`str`, "mean"): the sentence vector: "mean" (sec. 3.1) over the non-pad positions, or "cls" (the
+            final output at position 0).
     """
 
     model_type = "ldt"
@@ -90,6 +95,8 @@ class LDTConfig(PretrainedConfig):
         cls_token_id: int = 3,
         mask_token_id: int | None = None,
         teacher_dim: int | None = None,
+        backbone: dict | PretrainedConfig | None = None,
+        pooling: str = "mean",
         **kwargs,
     ):
         self.vocab_size = vocab_size
@@ -113,6 +120,8 @@ class LDTConfig(PretrainedConfig):
         self.unk_token_id = unk_token_id
         self.cls_token_id = cls_token_id
         self.mask_token_id = mask_token_id
+        self.backbone = backbone.to_dict() if isinstance(backbone, PretrainedConfig) else backbone
+        self.pooling = pooling
         super().__init__(pad_token_id=pad_token_id, eos_token_id=eos_token_id, **kwargs)
         self._validate()
 
@@ -131,6 +140,10 @@ class LDTConfig(PretrainedConfig):
             raise ValueError(f"LDTConfig: loss weights {weights} (eq. 7) must be >= 0 and not all 0")
         if not self.languages or len(set(self.languages)) != len(self.languages):
             raise ValueError(f"LDTConfig: languages={self.languages} must be a non-empty list without repeats")
+        if self.pooling not in ("cls", "mean"):
+            raise ValueError(f"LDTConfig: pooling={self.pooling!r}; expected cls or mean")
+        if self.backbone is not None and self.backbone.get("hidden_size", self.hidden_size) != self.hidden_size:
+            raise ValueError(f"LDTConfig: hidden_size={self.hidden_size} differs from the backbone's")
         if self.max_position_embeddings < 3:
             raise ValueError("LDTConfig: max_position_embeddings must leave room for STR_TAG, a token and </s>")
 

@@ -22,8 +22,11 @@ from .sentence_embedding import (
     SentenceEncoderMixin,
     SharedCodeMixin,
     add_sentence_transformers_files,
+    backbone_states,
+    build_backbone,
     centered_pair_cosine,
     mean_pairwise_cosine,
+    pool_hidden,
     project_hidden,
     projection_head,
     stack_padded,
@@ -276,20 +279,25 @@ class LDTModel(SentenceEncoderMixin, LDTPreTrainedModel):
 
     def __init__(self, config: LDTConfig):
         super().__init__(config)
-        self.embed_scale = math.sqrt(config.hidden_size)
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
-        self.embed_positions = LDTSinusoidalPositions(config.max_position_embeddings, config.hidden_size)
-        self.embed_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.dropout)
-        self.layers = nn.ModuleList(LDTEncoderLayer(config) for _ in range(config.num_hidden_layers))
+        self.backbone = build_backbone(config)
+        if self.backbone is None:
+            self.embed_scale = math.sqrt(config.hidden_size)
+            self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
+            self.embed_positions = LDTSinusoidalPositions(config.max_position_embeddings, config.hidden_size)
+            self.embed_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+            self.dropout = nn.Dropout(config.dropout)
+            self.layers = nn.ModuleList(LDTEncoderLayer(config) for _ in range(config.num_hidden_layers))
         self.projection = projection_head(config)
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:
-        return self.embed_tokens
+        return self.embed_tokens if self.backbone is None else self.backbone.get_input_embeddings()
 
     def set_input_embeddings(self, value: nn.Embedding) -> None:
-        self.embed_tokens = value
+        if self.backbone is None:
+            self.embed_tokens = value
+        else:
+            self.backbone.set_input_embeddings(value)
 
     def forward(
         self,
@@ -317,7 +325,23 @@ class LDTModel(SentenceEncoderMixin, LDTPreTrainedModel):
         return_dict = self.config.return_dict if return_dict is None else return_dict
         if attention_mask is None:
             attention_mask = input_ids.ne(self.config.pad_token_id)
-        mask = attention_mask.bool()
+        output_hidden_states = bool(output_hidden_states)
+        with torch.set_grad_enabled(torch.is_grad_enabled() and not self.frozen):
+            if self.backbone is None:
+                hidden, hidden_states = self.encoder_states(input_ids, attention_mask.bool(), output_hidden_states)
+            else:
+                hidden, hidden_states = backbone_states(self.backbone, input_ids, attention_mask, output_hidden_states)
+            hidden = project_hidden(self.projection, hidden, project)
+            pooled = pool_hidden(hidden, attention_mask, self.config.pooling)  # mean pooling (sec. 3.1)
+        if not return_dict:
+            return tuple(x for x in (hidden, pooled, hidden_states) if x is not None)
+        return BaseModelOutputWithPooling(last_hidden_state=hidden, pooler_output=pooled, hidden_states=hidden_states)
+
+    def encoder_states(
+        self, input_ids: torch.LongTensor, mask: torch.Tensor, output_hidden_states: bool
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
+        """The paper's encoder: final states [B, S, d], and with ``output_hidden_states`` the input of every layer and
+        the final output."""
         hidden = self.embed_tokens(input_ids) * self.embed_scale
         hidden = hidden + self.embed_positions(input_ids.shape[1]).to(hidden.dtype)
         hidden = self.dropout(self.embed_layer_norm(hidden))
@@ -329,13 +353,7 @@ class LDTModel(SentenceEncoderMixin, LDTPreTrainedModel):
             hidden = layer(hidden, key_mask)
         if output_hidden_states:
             all_hidden.append(hidden)
-        hidden = project_hidden(self.projection, hidden, project)
-        weights = mask[..., None].to(hidden.dtype)
-        pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1)  # mean pooling (sec. 3.1)
-        hidden_states = tuple(all_hidden) if output_hidden_states else None
-        if not return_dict:
-            return tuple(x for x in (hidden, pooled, hidden_states) if x is not None)
-        return BaseModelOutputWithPooling(last_hidden_state=hidden, pooler_output=pooled, hidden_states=hidden_states)
+        return hidden, tuple(all_hidden) if output_hidden_states else None
 
 
 @dataclass
@@ -392,7 +410,7 @@ class LDTForAlignment(LDTPreTrainedModel):
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:
-        return self.encoder.embed_tokens
+        return self.encoder.get_input_embeddings()
 
     @property
     def needs_target_encoding(self) -> bool:
@@ -411,7 +429,7 @@ class LDTForAlignment(LDTPreTrainedModel):
 
     def vocabulary_log_probs(self, hidden: torch.Tensor) -> torch.Tensor:
         """log p over the vocabulary (fp32) from hidden states [..., d], through the head and the tied embeddings."""
-        return F.log_softmax(self.head(hidden, self.encoder.embed_tokens.weight).float(), dim=-1)
+        return F.log_softmax(self.head(hidden, self.get_input_embeddings().weight).float(), dim=-1)
 
     def text_tokens(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Positions that may be masked and that make up label distributions: not pad, STR_TAG, ``</s>``, ``<unk>``
@@ -530,7 +548,7 @@ class LDTForAlignment(LDTPreTrainedModel):
         """Set the generative parts of ``out`` and return the generative term of eq. (7)."""
         cfg, task, num_pairs = self.config, self.config.generative_task, text_a.shape[0]
         if task in MLM_TASKS:
-            logits = self.head(encoded.last_hidden_state[masked], self.encoder.embed_tokens.weight)
+            logits = self.head(encoded.last_hidden_state[masked], self.get_input_embeddings().weight)
             out.loss_mlm = mlm_loss(logits, ids[masked])
             if task == "mlm":
                 return out.loss_mlm

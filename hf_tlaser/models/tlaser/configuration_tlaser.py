@@ -6,6 +6,7 @@ from transformers import PretrainedConfig
 
 DECODER_LANG_MODES = ("memory", "input")
 DISTANCES = ("l2", "squared_l2")
+POOLINGS = ("cls", "mean")
 INIT_STYLES = ("bert", "fairseq")
 
 
@@ -63,6 +64,18 @@ class TLaserConfig(PretrainedConfig):
             hidden_size -> teacher_dim is applied to every final hidden state before pooling, so ``encode``,
             ``last_hidden_state``, ``pooler_output`` and sentence-transformers give teacher_dim-wide vectors (the
             translation decoder / training losses read the unprojected ones). None: no head.
+        backbone (`dict`, None): the nested config (``to_dict()``, with its ``model_type``) of a pretrained Hugging
+            Face encoder that replaces the T-LASER encoder layers (``hf-tlaser train --init-from``), as
+            ``EncoderDecoderConfig`` nests its encoder's. Its ``hidden_size`` is the model's. None: the paper's
+            encoder, sized by the fields above.
+        pooling (`str`, "cls"): the sentence vector. "cls" (the paper): the final output at position 0 (STR_TAG;
+            a backbone's ``<s>``); "mean": the mean of the final outputs over the non-pad positions (special tokens
+            included, as sentence-transformers' mean pooling).
+        decoder_vocab_size (`int`, None): rows of the decoder's input embeddings and output layer when its
+            vocabulary is restricted to the pieces of the training targets (``decoder_vocab_ids``, a saved buffer,
+            maps them to tokenizer ids; the special tokens keep their ids). None: the whole vocabulary.
+        tie_decoder_to_encoder (`bool`, False): the decoder reads and scores its tokens with the encoder's input
+            embeddings (the backbone's, its ``decoder_vocab_ids`` rows when restricted) instead of its own tables.
     """
 
     model_type = "tlaser"
@@ -107,6 +120,10 @@ class TLaserConfig(PretrainedConfig):
         decoder_start_token_id: int = 2,
         tie_word_embeddings: bool = False,
         teacher_dim: int | None = None,
+        backbone: dict | PretrainedConfig | None = None,
+        pooling: str = "cls",
+        decoder_vocab_size: int | None = None,
+        tie_decoder_to_encoder: bool = False,
         **kwargs,
     ):
         self.vocab_size = vocab_size
@@ -143,6 +160,10 @@ class TLaserConfig(PretrainedConfig):
         self.unk_token_id = unk_token_id
         self.cls_token_id = cls_token_id
         self.teacher_dim = teacher_dim
+        self.backbone = backbone.to_dict() if isinstance(backbone, PretrainedConfig) else backbone
+        self.pooling = pooling
+        self.decoder_vocab_size = decoder_vocab_size
+        self.tie_decoder_to_encoder = tie_decoder_to_encoder
         super().__init__(
             decoder_start_token_id=decoder_start_token_id,  # transformers 4.x's PretrainedConfig sets it
             pad_token_id=pad_token_id,
@@ -169,8 +190,21 @@ class TLaserConfig(PretrainedConfig):
             raise ValueError(f"TLaserConfig: distance={self.distance!r}; expected one of {DISTANCES}")
         if not self.languages or len(set(self.languages)) != len(self.languages):
             raise ValueError(f"TLaserConfig: languages={self.languages} must be a non-empty list without repeats")
+        if self.pooling not in POOLINGS:
+            raise ValueError(f"TLaserConfig: pooling={self.pooling!r}; expected one of {POOLINGS}")
+        if self.backbone is not None and "model_type" not in self.backbone:
+            raise ValueError("TLaserConfig: backbone must be a config dict with its model_type (config.to_dict())")
+        if self.backbone is not None and self.backbone.get("hidden_size", self.hidden_size) != self.hidden_size:
+            raise ValueError(f"TLaserConfig: hidden_size={self.hidden_size} differs from the backbone's")
+        if self.tie_decoder_to_encoder and self.backbone is None:
+            raise ValueError("TLaserConfig: tie_decoder_to_encoder needs a backbone of the decoder's width")
         if self.max_position_embeddings < 3:
             raise ValueError("TLaserConfig: max_position_embeddings must leave room for STR_TAG, a token and </s>")
+
+    @property
+    def decoder_vocab(self) -> int:
+        """Rows of the decoder's vocabulary (``decoder_vocab_size``, else ``vocab_size``)."""
+        return self.decoder_vocab_size or self.vocab_size
 
     @property
     def distance_hinge_weight(self) -> float:

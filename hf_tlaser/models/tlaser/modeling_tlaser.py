@@ -18,6 +18,9 @@ from .sentence_embedding import (
     SentenceEncoderMixin,
     SharedCodeMixin,
     TranslationMixin,
+    backbone_states,
+    build_backbone,
+    pool_hidden,
     project_hidden,
     projection_head,
 )
@@ -191,27 +194,35 @@ class TLaserPreTrainedModel(SharedCodeMixin, PreTrainedModel):
 
 
 class TLaserModel(SentenceEncoderMixin, TLaserPreTrainedModel):
-    """The T-LASER encoder. ``pooler_output`` (final LayerNorm output at the STR_TAG position) is the embedding."""
+    """The T-LASER encoder. ``pooler_output`` (final LayerNorm output at the STR_TAG position) is the embedding.
+
+    With ``config.backbone`` (``hf-tlaser train --init-from``) a pretrained Hugging Face encoder replaces the layers:
+    its ``<s>`` is STR_TAG, and ``config.pooling`` chooses position 0 or the mean of its final states."""
 
     # a translation checkpoint also holds the decoder: loading the encoder alone skips it quietly
-    _keys_to_ignore_on_load_unexpected = [r"^decoder\.", r"^lm_head\."]
+    _keys_to_ignore_on_load_unexpected = [r"^decoder\.", r"^lm_head\.", r"^decoder_vocab_ids$"]
 
     def __init__(self, config: TLaserConfig):
         super().__init__(config)
-        self.embed_scale = math.sqrt(config.hidden_size) if config.scale_embedding else 1.0
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
-        self.embed_positions = TLaserSinusoidalPositions(config.max_position_embeddings, config.hidden_size)
-        self.dropout = nn.Dropout(config.dropout)
-        self.layers = nn.ModuleList(TLaserEncoderLayer(config) for _ in range(config.num_hidden_layers))
-        self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.backbone = build_backbone(config)
+        if self.backbone is None:
+            self.embed_scale = math.sqrt(config.hidden_size) if config.scale_embedding else 1.0
+            self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
+            self.embed_positions = TLaserSinusoidalPositions(config.max_position_embeddings, config.hidden_size)
+            self.dropout = nn.Dropout(config.dropout)
+            self.layers = nn.ModuleList(TLaserEncoderLayer(config) for _ in range(config.num_hidden_layers))
+            self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.projection = projection_head(config)
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:
-        return self.embed_tokens
+        return self.embed_tokens if self.backbone is None else self.backbone.get_input_embeddings()
 
     def set_input_embeddings(self, value: nn.Embedding) -> None:
-        self.embed_tokens = value
+        if self.backbone is None:
+            self.embed_tokens = value
+        else:
+            self.backbone.set_input_embeddings(value)
 
     def forward(
         self,
@@ -229,13 +240,31 @@ class TLaserModel(SentenceEncoderMixin, TLaserPreTrainedModel):
             input_ids: LongTensor[B, S]. attention_mask: 1 for tokens, 0 for padding (default: ids != pad).
             output_hidden_states: also return the input of every layer and the final output.
             pooled_only: the last layer computes position 0 only (the paper's "sixth layer is entirely dedicated to
-                refining H6[t0]"); ``last_hidden_state`` is then [B, 1, d]. Ignored with ``output_hidden_states``.
+                refining H6[t0]"); ``last_hidden_state`` is then [B, 1, d]. Ignored with ``output_hidden_states``, a
+                backbone or mean pooling.
             project: apply the projection head (``config.teacher_dim``) to the final states; False: the decoder's.
         """
         output_hidden_states = bool(output_hidden_states)
         return_dict = self.config.return_dict if return_dict is None else return_dict
         if attention_mask is None:
             attention_mask = input_ids.ne(self.config.pad_token_id)
+        with torch.set_grad_enabled(torch.is_grad_enabled() and not self.frozen):
+            if self.backbone is None:
+                first_only = pooled_only and self.config.pooling == "cls"
+                hidden, hidden_states = self.encoder_states(input_ids, attention_mask, output_hidden_states, first_only)
+            else:
+                hidden, hidden_states = backbone_states(self.backbone, input_ids, attention_mask, output_hidden_states)
+            hidden = project_hidden(self.projection, hidden, project)
+            pooled = pool_hidden(hidden, attention_mask, self.config.pooling)
+        if not return_dict:
+            return tuple(v for v in (hidden, pooled, hidden_states) if v is not None)
+        return BaseModelOutputWithPooling(last_hidden_state=hidden, pooler_output=pooled, hidden_states=hidden_states)
+
+    def encoder_states(
+        self, input_ids: torch.LongTensor, attention_mask: torch.Tensor, output_hidden_states: bool, first_only: bool
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
+        """The paper's encoder: final LayerNorm outputs [B, S, d] ([B, 1, d] with ``first_only``), and with
+        ``output_hidden_states`` the input of every layer and the final output."""
         hidden = self.embed_tokens(input_ids) * self.embed_scale
         hidden = self.dropout(hidden + self.embed_positions(input_ids.shape[1]).to(hidden.dtype))
         key_mask = None if bool(attention_mask.all()) else attention_mask.bool()[:, None, None, :]
@@ -244,16 +273,11 @@ class TLaserModel(SentenceEncoderMixin, TLaserPreTrainedModel):
         for i, layer in enumerate(self.layers):
             if output_hidden_states:
                 all_hidden.append(hidden)
-            hidden = layer(hidden, key_mask, first_only=pooled_only and not output_hidden_states and i == last)
+            hidden = layer(hidden, key_mask, first_only=first_only and not output_hidden_states and i == last)
         hidden = self.layer_norm(hidden)
         if output_hidden_states:
             all_hidden.append(hidden)
-        hidden = project_hidden(self.projection, hidden, project)
-        pooled = hidden[:, 0]
-        hidden_states = tuple(all_hidden) if output_hidden_states else None
-        if not return_dict:
-            return tuple(v for v in (hidden, pooled, hidden_states) if v is not None)
-        return BaseModelOutputWithPooling(last_hidden_state=hidden, pooler_output=pooled, hidden_states=hidden_states)
+        return hidden, tuple(all_hidden) if output_hidden_states else None
 
 
 class TLaserDecoderLayer(nn.Module):
@@ -294,7 +318,11 @@ class TLaserDecoder(nn.Module):
         super().__init__()
         self.lang_mode = config.decoder_lang_mode
         self.embed_scale = math.sqrt(config.hidden_size) if config.scale_embedding else 1.0
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
+        self.embed_tokens = (
+            None
+            if config.tie_decoder_to_encoder
+            else nn.Embedding(config.decoder_vocab, config.hidden_size, padding_idx=config.pad_token_id)
+        )
         self.embed_positions = TLaserSinusoidalPositions(config.max_position_embeddings, config.hidden_size)
         self.embed_langs = nn.Embedding(len(config.languages), config.lang_embed_dim)
         if self.lang_mode == "input":
@@ -309,13 +337,17 @@ class TLaserDecoder(nn.Module):
         sentence_embedding: torch.Tensor,
         tgt_lang: torch.LongTensor,
         past: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
+        token_table: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
         """Final hidden states [B, n, d] of the new tokens ``decoder_input_ids`` [B, n], and every layer's
         self-attention keys/values so far; ``past``: those of the earlier positions (the memory, one vector, is
-        projected again at every call)."""
+        projected again at every call); ``token_table``: the token embeddings when tied to the encoder's."""
         offset = 0 if past is None else past[0][0].shape[2]
         lang = self.embed_langs(tgt_lang)  # E_l, [B, lang_embed_dim]
-        hidden = self.embed_tokens(decoder_input_ids) * self.embed_scale
+        tokens = (
+            self.embed_tokens(decoder_input_ids) if token_table is None else F.embedding(decoder_input_ids, token_table)
+        )
+        hidden = tokens * self.embed_scale
         if self.lang_mode == "input":  # eq. (3): J0[t] = Concat(Y[t], E_l), projected to hidden_size
             lang_per_token = lang[:, None].expand(-1, hidden.shape[1], -1).to(hidden.dtype)
             hidden = self.input_proj(torch.cat([hidden, lang_per_token], dim=-1))
@@ -340,15 +372,27 @@ class TLaserForTranslation(TranslationMixin, TLaserPreTrainedModel):
         super().__init__(config)
         self.encoder = TLaserModel(config)
         self.decoder = TLaserDecoder(config)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        self.lm_head.embedding_init = True  # fairseq: output projection N(0, d^-0.5), like an embedding
+        self.lm_head = None
+        if not config.tie_decoder_to_encoder:
+            self.lm_head = nn.Linear(config.hidden_size, config.decoder_vocab, bias=False)
+            self.lm_head.embedding_init = True  # fairseq: output projection N(0, d^-0.5), like an embedding
+        if config.decoder_vocab_size is not None:  # decoder row -> tokenizer id (set by the training run)
+            self.register_buffer("decoder_vocab_ids", torch.arange(config.decoder_vocab_size))
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:
-        return self.encoder.embed_tokens
+        return self.encoder.get_input_embeddings()
 
-    def get_output_embeddings(self) -> nn.Linear:
+    def get_output_embeddings(self) -> nn.Linear | None:
         return self.lm_head
+
+    def decoder_token_table(self) -> torch.Tensor | None:
+        """With ``tie_decoder_to_encoder``: the encoder's input embeddings of the decoder's vocabulary (its
+        ``decoder_vocab_ids`` rows when restricted), which the decoder reads and scores with; else None."""
+        if not self.config.tie_decoder_to_encoder:
+            return None
+        table = self.encoder.get_input_embeddings().weight
+        return table if self.config.decoder_vocab_size is None else table[self.decoder_vocab_ids]
 
     def decoder_step(
         self,
@@ -357,13 +401,15 @@ class TLaserForTranslation(TranslationMixin, TLaserPreTrainedModel):
         tgt_lang: torch.LongTensor,
         cache: dict[str, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Scores [B, n, vocab] after each new token of ``decoder_input_ids`` [B, n], and the cache: every decoder
+        """Scores [B, n, decoder vocab] after each new token of ``decoder_input_ids`` [B, n] (decoder rows: see
+        ``to_decoder_vocab``), and the cache: every decoder
         layer's self-attention keys and values so far (``key.{i}``, ``value.{i}``: [B, heads, len, head_dim])."""
         layers = range(len(self.decoder.layers))
         past = None if cache is None else [(cache[f"key.{i}"], cache[f"value.{i}"]) for i in layers]
-        hidden, keys_values = self.decoder(decoder_input_ids, sentence_embedding, tgt_lang, past)
+        table = self.decoder_token_table()
+        hidden, keys_values = self.decoder(decoder_input_ids, sentence_embedding, tgt_lang, past, table)
         cache = {f"{name}.{i}": t for i, kv in enumerate(keys_values) for name, t in zip(("key", "value"), kv)}
-        return self.lm_head(hidden), cache
+        return (self.lm_head(hidden) if table is None else F.linear(hidden, table)), cache
 
 
 TLaserModel.register_for_auto_class("AutoModel")

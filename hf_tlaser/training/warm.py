@@ -53,7 +53,7 @@ ENCODER_SIZES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "int
 
 @dataclass
 class Backbone:
-    """A checked ``--init-from`` SPEC: its folder and identity, config, fast tokenizer (with the prompt in its
+    """A checked ``--init-from`` SPEC: its (Transformer module's) folder and identity, config, fast tokenizer (with the prompt in its
     template), the sentence-transformers pooling and prompt (None where it has none)."""
 
     spec: str
@@ -74,7 +74,10 @@ class Backbone:
 
     def load_into(self, encoder: torch.nn.Module) -> None:
         """Copy the pretrained weights into ``encoder.backbone``; RuntimeError if a weight of it is missing."""
-        pretrained = AutoModel.from_pretrained(self.folder, config=self.config)
+        try:
+            pretrained = AutoModel.from_pretrained(self.folder, config=self.config, add_pooling_layer=False)
+        except TypeError:  # an encoder class without a pooler option
+            pretrained = AutoModel.from_pretrained(self.folder, config=self.config)
         missing, _ = encoder.backbone.load_state_dict(pretrained.state_dict(), strict=False)
         if missing:
             raise RuntimeError(f"--init-from {self.spec}: no pretrained weights for {missing[:5]}")
@@ -97,7 +100,10 @@ def sentence_transformers_parts(folder: Path, where: str) -> tuple[Path, str | N
     pooling = None
     if "Pooling" in by_type:
         settings = _read_json(folder / by_type["Pooling"]["path"] / "config.json") or {}
-        modes = [ST_POOLING.get(key) for key, on in settings.items() if key.startswith("pooling_mode") and on]
+        if isinstance(settings.get("pooling_mode"), str):  # sentence-transformers >= 6: "pooling_mode": "mean"
+            modes = [settings["pooling_mode"] if settings["pooling_mode"] in ("cls", "mean") else None]
+        else:  # the pooling_mode_* booleans of earlier releases
+            modes = [ST_POOLING.get(key) for key, on in settings.items() if key.startswith("pooling_mode") and on]
         if len(modes) != 1 or modes[0] is None:
             raise UsageError(f"{where}: its pooling {settings} is not one the members reproduce (cls or mean)")
         pooling = modes[0]
@@ -114,7 +120,8 @@ def with_prompt(tokenizer: PreTrainedTokenizerFast, prompt: str | None) -> PreTr
     special = [(token, tokenizer.convert_tokens_to_ids(token)) for token in (cls, eos)]
     front = [cls]
     if prompt:  # one template entry of several pieces (a piece such as ":" cannot name an entry)
-        pieces = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        # a trailing space is the next word's boundary ("query: " + text tokenizes as "query:" then "▁text")
+        pieces = tokenizer(prompt.rstrip(), add_special_tokens=False)["input_ids"]
         tokens = tokenizer.convert_ids_to_tokens(pieces)
         special.append({"id": PROMPT_ENTRY, "ids": pieces, "tokens": tokens})
         front.append(PROMPT_ENTRY)
@@ -170,7 +177,7 @@ def check_backbone(spec: str, model: str, tokenizer_flag: str | None, prompt_nam
         if getattr(tokenizer, name) is None:
             raise UsageError(f"{where}: its tokenizer has no {name}; the members need cls, eos and pad tokens")
     _, prompt = choose_prompt(prompts, default_prompt, prompt_name, EVAL_PROMPTS, where)
-    return Backbone(spec, folder, identity, config, with_prompt(tokenizer, prompt), pooling, prompt)
+    return Backbone(spec, transformer, identity, config, with_prompt(tokenizer, prompt), pooling, prompt)
 
 
 def backbone_overrides(backbone: Backbone, pooling: str, overrides: dict) -> dict:

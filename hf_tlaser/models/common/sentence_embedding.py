@@ -764,6 +764,17 @@ class TranslationMixin(GenerationMixin):
         """Scores [T, L, vocab] of the next token after every prefix of ``decoder_input_ids`` [T, L] (training)."""
         return self.decoder_step(decoder_input_ids, sentence_embedding, tgt_lang)[0]
 
+    def training_logits(
+        self,
+        decoder_input_ids: torch.LongTensor,
+        sentence_embedding: torch.Tensor,
+        tgt_lang: torch.LongTensor,
+        labels: torch.LongTensor,
+    ) -> tuple[torch.Tensor, torch.LongTensor]:
+        """Scores and labels of the training loss: ``decode_logits`` over the whole decoder vocabulary; a family
+        with a sampled softmax scores fewer rows and renumbers the labels to them."""
+        return self.decode_logits(decoder_input_ids, sentence_embedding, tgt_lang), labels
+
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -830,7 +841,9 @@ class TranslationMixin(GenerationMixin):
             tgt_lang = self.lang_ids(tgt_lang, src_vectors.shape[0], src_vectors.device)
             if decoder_input_ids is None:
                 decoder_input_ids = self.shift_right(labels)
-            if cache is None:
+            if cache is None and labels is not None and self.training:
+                out.logits, labels = self.training_logits(decoder_input_ids, src_vectors, tgt_lang, labels)
+            elif cache is None:
                 out.logits = self.decode_logits(decoder_input_ids, src_vectors, tgt_lang)
             else:
                 out.logits, cache.state = self.decoder_step(decoder_input_ids, src_vectors, tgt_lang, cache.state)

@@ -76,6 +76,9 @@ class TLaserConfig(PretrainedConfig):
             maps them to tokenizer ids; the special tokens keep their ids). None: the whole vocabulary.
         tie_decoder_to_encoder (`bool`, False): the decoder reads and scores its tokens with the encoder's input
             embeddings (the backbone's, its ``decoder_vocab_ids`` rows when restricted) instead of its own tables.
+        sampled_softmax (`int`, 0): in training, score only the rows of the batch's target tokens and this many
+            rows drawn uniformly, instead of the whole decoder vocabulary (evaluation and ``generate`` score all).
+            0: the full softmax.
     """
 
     model_type = "tlaser"
@@ -124,6 +127,7 @@ class TLaserConfig(PretrainedConfig):
         pooling: str = "cls",
         decoder_vocab_size: int | None = None,
         tie_decoder_to_encoder: bool = False,
+        sampled_softmax: int = 0,
         **kwargs,
     ):
         self.vocab_size = vocab_size
@@ -164,6 +168,7 @@ class TLaserConfig(PretrainedConfig):
         self.pooling = pooling
         self.decoder_vocab_size = decoder_vocab_size
         self.tie_decoder_to_encoder = tie_decoder_to_encoder
+        self.sampled_softmax = sampled_softmax
         super().__init__(
             decoder_start_token_id=decoder_start_token_id,  # transformers 4.x's PretrainedConfig sets it
             pad_token_id=pad_token_id,

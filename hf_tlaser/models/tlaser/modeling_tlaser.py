@@ -409,7 +409,31 @@ class TLaserForTranslation(TranslationMixin, TLaserPreTrainedModel):
         table = self.decoder_token_table()
         hidden, keys_values = self.decoder(decoder_input_ids, sentence_embedding, tgt_lang, past, table)
         cache = {f"{name}.{i}": t for i, kv in enumerate(keys_values) for name, t in zip(("key", "value"), kv)}
-        return (self.lm_head(hidden) if table is None else F.linear(hidden, table)), cache
+        return F.linear(hidden, self.output_table(table)), cache
+
+    def output_table(self, token_table: torch.Tensor | None = None) -> torch.Tensor:
+        """The output layer's weight [decoder vocab, d]: ``lm_head``'s, or the tied token table."""
+        return self.lm_head.weight if token_table is None else token_table
+
+    def training_logits(
+        self,
+        decoder_input_ids: torch.LongTensor,
+        sentence_embedding: torch.Tensor,
+        tgt_lang: torch.LongTensor,
+        labels: torch.LongTensor,
+    ) -> tuple[torch.Tensor, torch.LongTensor]:
+        """With ``config.sampled_softmax`` = S: the scores of the rows that occur in the batch's labels and of S
+        rows drawn uniformly (a sampled softmax whose candidates always hold the true token), the labels renumbered
+        to those rows; else the full scores."""
+        if not self.config.sampled_softmax:
+            return super().training_logits(decoder_input_ids, sentence_embedding, tgt_lang, labels)
+        table = self.decoder_token_table()
+        hidden, _ = self.decoder(decoder_input_ids, sentence_embedding, tgt_lang, None, table)
+        weight = self.output_table(table)
+        drawn = torch.randint(0, weight.shape[0], (self.config.sampled_softmax,), device=labels.device)
+        rows = torch.cat([labels[labels.ne(-100)], drawn]).unique()  # sorted
+        renumbered = torch.searchsorted(rows, labels.clamp(min=0))
+        return F.linear(hidden, weight[rows]), torch.where(labels.ne(-100), renumbered, labels)
 
 
 TLaserModel.register_for_auto_class("AutoModel")

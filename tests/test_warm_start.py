@@ -1,0 +1,302 @@
+"""``hf-tlaser train --init-from``: a tiny random XLM-R backbone built here (no downloads) as a Hugging Face folder
+and as a sentence-transformers folder with a prompt; the prompt in the saved tokenizer, the loss against a hand
+computation, the frozen warm-up, the restricted / tied / sampled decoder vocabulary, a training run with resume, the
+saved folder in transformers, sentence-transformers and ``pipeline`` in a fresh process, and each bad input."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
+from transformers import AutoModel, PreTrainedTokenizerFast, XLMRobertaConfig, XLMRobertaModel
+
+from hf_tlaser.models.ldt import LDTConfig, LDTForAlignment
+from hf_tlaser.models.tlaser import TLaserConfig, TLaserForTranslation
+from hf_tlaser.training.cli import main
+from hf_tlaser.training.trainer import FreezeEncoderCallback
+from hf_tlaser.training.warm import check_backbone, target_vocabulary, unk_rates, with_prompt
+from tests.fresh_process import fresh_vectors
+
+SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+DECODER = dict(decoder_attention_heads=2, decoder_ffn_dim=64, dropout=0.0)
+TEXTS = ["Das ist ein Test.", "This is a test.", "Hello world, again!", "Kuka on tuo mies?"]
+
+
+def tiny_tokenizer(lines: list[str]) -> PreTrainedTokenizerFast:
+    """A BPE with XLM-R's special tokens and template (``<s> text </s>``, Metaspace pieces)."""
+    backend = Tokenizer(models.BPE(unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Metaspace()
+    backend.train_from_iterator(lines, trainers.BpeTrainer(vocab_size=300, special_tokens=SPECIALS))
+    backend.post_processor = processors.TemplateProcessing(
+        single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>", special_tokens=[("<s>", 0), ("</s>", 2)]
+    )
+    names = dict(bos_token="<s>", cls_token="<s>", eos_token="</s>", sep_token="</s>", pad_token="<pad>")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, unk_token="<unk>", mask_token="<mask>", model_max_length=64, **names
+    )
+
+
+@pytest.fixture(scope="module")
+def backbone_dir(tmp_path_factory, newstest_lines) -> Path:
+    """A random 2-layer XLM-R (width 32) and its tokenizer, as ``save_pretrained`` writes them."""
+    folder = tmp_path_factory.mktemp("xlmr")
+    lines = [line for lang in ("de", "en", "es") for line in newstest_lines[lang]]
+    tokenizer = tiny_tokenizer(lines)
+    config = XLMRobertaConfig(
+        vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=66, pad_token_id=1, bos_token_id=0, eos_token_id=2,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    XLMRobertaModel(config, add_pooling_layer=False).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def st_dir(tmp_path_factory, backbone_dir) -> Path:
+    """The backbone as a sentence-transformers model: mean pooling, e5's prompts."""
+    from sentence_transformers import SentenceTransformer
+
+    try:  # sentence-transformers >= 6
+        from sentence_transformers.sentence_transformer import modules as st_models
+    except ImportError:
+        from sentence_transformers import models as st_models
+
+    folder = tmp_path_factory.mktemp("st")
+    transformer = st_models.Transformer(str(backbone_dir))
+    pooling = st_models.Pooling(32, pooling_mode="mean")
+    model = SentenceTransformer(modules=[transformer, pooling], prompts={"query": "query: ", "passage": "passage: "})
+    model.save(str(folder))
+    return folder
+
+
+def warm_config(backbone, **kwargs) -> TLaserConfig:
+    tok = backbone.tokenizer
+    ids = dict(pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, cls_token_id=tok.cls_token_id)
+    ids.update(unk_token_id=tok.unk_token_id, decoder_start_token_id=tok.eos_token_id)
+    return TLaserConfig(
+        vocab_size=len(tok), hidden_size=32, backbone=backbone.config.to_dict(), languages=["en", "es"],
+        max_position_embeddings=64, **{"distance_beta": 0.0, **DECODER, **ids, **kwargs},
+    )  # fmt: skip
+
+
+def toy_batch(tokenizer, n: int = 3) -> dict:
+    src = tokenizer(TEXTS[:n], padding=True, return_tensors="pt")
+    tgt = tokenizer(TEXTS[1 : n + 1], add_special_tokens=False)["input_ids"]
+    labels = torch.full((n, max(map(len, tgt)) + 1), -100)
+    for i, ids in enumerate(tgt):
+        labels[i, : len(ids) + 1] = torch.tensor(ids + [tokenizer.eos_token_id])
+    return dict(
+        input_ids=src.input_ids, attention_mask=src.attention_mask, labels=labels, tgt_lang=torch.zeros(n).long()
+    )
+
+
+def test_prompt_is_in_the_saved_tokenizer_and_not_in_the_targets(st_dir, backbone_dir, tmp_path):
+    backbone = check_backbone(str(st_dir), "ctlaser", None)
+    assert backbone.prompt == "query: " and backbone.pooling == "mean"
+    plain = check_backbone(str(backbone_dir), "ctlaser", None).tokenizer
+    for text in TEXTS:
+        assert backbone.tokenizer(text)["input_ids"] == plain("query: " + text)["input_ids"]
+        assert (
+            backbone.tokenizer(text, add_special_tokens=False)["input_ids"]
+            == plain(text, add_special_tokens=False)["input_ids"]
+        )
+    backbone.tokenizer.save_pretrained(tmp_path)
+    reloaded = PreTrainedTokenizerFast.from_pretrained(tmp_path)
+    assert reloaded(TEXTS[0])["input_ids"] == plain("query: " + TEXTS[0])["input_ids"]
+    assert with_prompt(plain, None)(TEXTS[0])["input_ids"] == plain(TEXTS[0])["input_ids"]
+
+
+def test_loss_with_a_backbone_equals_the_hand_computation(backbone_dir):
+    backbone = check_backbone(str(backbone_dir), "tlaser", None)
+    torch.manual_seed(1)
+    model = TLaserForTranslation(warm_config(backbone, pooling="mean", label_smoothing=0.0)).eval()
+    backbone.load_into(model.encoder)
+    batch = toy_batch(backbone.tokenizer)
+    loss = model(**batch).loss
+    pretrained = AutoModel.from_pretrained(backbone_dir).eval()
+    hidden = pretrained(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+    mask = batch["attention_mask"][..., None].float()
+    vectors = (hidden * mask).sum(1) / mask.sum(1)  # mean pooling
+    start = torch.full((3, 1), model.config.decoder_start_token_id)
+    decoder_input = torch.cat([start, batch["labels"][:, :-1]], dim=1)
+    decoder_input = decoder_input.masked_fill(decoder_input.eq(-100), model.config.pad_token_id)
+    logits, _ = model.decoder_step(decoder_input, vectors, batch["tgt_lang"])
+    expected = F.cross_entropy(logits.flatten(0, 1), batch["labels"].flatten(), ignore_index=-100, reduction="sum")
+    assert torch.allclose(loss, expected / batch["labels"].ne(-100).sum(), atol=1e-5)
+
+
+def test_no_gradient_reaches_a_frozen_encoder(backbone_dir):
+    backbone = check_backbone(str(backbone_dir), "ctlaser", None)
+    model = TLaserForTranslation(warm_config(backbone, distance_beta=0.25, align_loss_weight=1.0))
+    batch = toy_batch(backbone.tokenizer)
+    batch["tgt_input_ids"], batch["tgt_attention_mask"] = batch["input_ids"].flip(0), batch["attention_mask"].flip(0)
+    callback = FreezeEncoderCallback(2)
+    for step, frozen in ((0, True), (1, True), (2, False)):
+        model.zero_grad(set_to_none=True)
+        state = type("State", (), {"global_step": step})()
+        callback.on_step_begin(None, state, None, model=model)
+        model(**batch).loss.backward()
+        encoder_grads = [p.grad for p in model.encoder.parameters()]
+        assert all(g is None for g in encoder_grads) == frozen
+        assert model.lm_head.weight.grad is not None
+
+
+@pytest.mark.parametrize("tie", [False, True])
+def test_restricted_decoder_vocabulary_maps_labels_and_generations(backbone_dir, tie):
+    backbone = check_backbone(str(backbone_dir), "ctlaser", None)
+    tok = backbone.tokenizer
+    vocabulary = target_vocabulary(tok, TEXTS[1:3])
+    assert vocabulary[: tok.unk_token_id + 1].tolist() == list(range(tok.unk_token_id + 1))  # specials keep ids
+    assert tok.mask_token_id not in vocabulary.tolist()
+    torch.manual_seed(0)
+    model = TLaserForTranslation(
+        warm_config(backbone, decoder_vocab_size=len(vocabulary), tie_decoder_to_encoder=tie)
+    ).eval()
+    model.decoder_vocab_ids.copy_(vocabulary)
+    assert model.lm_head is None if tie else model.lm_head.weight.shape[0] == len(vocabulary)
+    batch = toy_batch(tok)
+    rows = model.to_decoder_vocab(batch["labels"])
+    kept = batch["labels"].ne(-100)
+    assert torch.equal(model.from_decoder_vocab(rows[kept]), torch.where(
+        torch.isin(batch["labels"][kept], vocabulary), batch["labels"][kept], tok.unk_token_id
+    ))  # fmt: skip
+    assert model(**batch).logits.shape[-1] == len(vocabulary)
+    generated = model.generate(batch["input_ids"], batch["attention_mask"], tgt_lang="en", max_new_tokens=5)
+    assert set(generated.flatten().tolist()) <= set(vocabulary.tolist())
+
+
+def test_sampled_softmax_scores_the_batch_pieces_in_training_only(backbone_dir):
+    backbone = check_backbone(str(backbone_dir), "ctlaser", None)
+    model = TLaserForTranslation(warm_config(backbone, sampled_softmax=7))
+    batch = toy_batch(backbone.tokenizer)
+    out = model(**batch)
+    pieces = batch["labels"][batch["labels"].ne(-100)].unique()
+    assert len(pieces) <= out.logits.shape[-1] <= len(pieces) + 7 and torch.isfinite(out.loss)
+    assert model.eval()(**batch).logits.shape[-1] == model.config.vocab_size
+
+
+def test_ldt_on_a_backbone_ties_its_generative_output_to_the_backbone(backbone_dir):
+    backbone = check_backbone(str(backbone_dir), "ldt", None)
+    tok = backbone.tokenizer
+    config = LDTConfig(
+        vocab_size=len(tok), hidden_size=32, num_attention_heads=2, backbone=backbone.config.to_dict(),
+        pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, cls_token_id=tok.cls_token_id,
+        unk_token_id=tok.unk_token_id, mask_token_id=tok.mask_token_id, max_position_embeddings=64,
+    )  # fmt: skip
+    model = LDTForAlignment(config)
+    assert model.get_input_embeddings() is model.encoder.backbone.get_input_embeddings()
+    batch = toy_batch(tok)
+    batch["tgt_input_ids"], batch["tgt_attention_mask"] = batch["input_ids"].flip(0), batch["attention_mask"].flip(0)
+    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"],
+                tgt_input_ids=batch["tgt_input_ids"], tgt_attention_mask=batch["tgt_attention_mask"])  # fmt: skip
+    out.loss.backward()
+    assert model.get_input_embeddings().weight.grad is not None
+
+
+def test_unknown_pieces_are_reported_per_language(backbone_dir, caplog):
+    tok = check_backbone(str(backbone_dir), "ctlaser", None).tokenizer
+    with caplog.at_level(logging.WARNING, logger="hf_tlaser.train"):
+        rates = unk_rates(tok, {"en": ["This is a test."], "ja": ["これはテストです。"]})
+    assert rates["en"] < 0.05 < rates["ja"]
+    assert "ja pieces to <unk>" in caplog.text and "en pieces" not in caplog.text
+
+
+def train_args(out: Path, spec: Path, *extra: str) -> list[str]:
+    return [
+        "--model", "ctlaser", "--preset", "tiny", "--corpora", "wmt-newstest-multiway", "--pairs", "de-en,en-es",
+        "--max-lines", "80", "--output-dir", str(out), "--max-tokens", "400", "--update-tokens", "400",
+        "--logging-steps", "1", "--precision", "fp32", "--init-from", str(spec), "--set=decoder_attention_heads=2",
+        "--set=decoder_ffn_dim=64", *extra,
+    ]  # fmt: skip
+
+
+def test_training_run_saves_a_complete_folder_and_resumes(st_dir, tmp_path):
+    out = tmp_path / "run"
+    assert main(train_args(out, st_dir, "--max-steps", "2", "--save-steps", "1", "--freeze-encoder-steps", "1")) == 0
+    config = json.loads((out / "config.json").read_text())
+    assert config["backbone"]["model_type"] == "xlm-roberta" and config["pooling"] == "mean"
+    assert config["hidden_size"] == 32 and 0 < config["decoder_vocab_size"] < config["vocab_size"]
+    assert main(train_args(out, st_dir, "--max-steps", "3", "--resume", "auto", "--freeze-encoder-steps", "1")) == 0
+    state = json.loads((out / "trainer_state.json").read_text())
+    assert state["global_step"] == 3
+
+    from hf_tlaser.models.tlaser import TLaserModel
+
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(out)
+    expected = TLaserModel.from_pretrained(out).encode(TEXTS, tokenizer)
+    auto = fresh_vectors(
+        f"""
+        import json, torch
+        from transformers import AutoModel, AutoTokenizer
+        model = AutoModel.from_pretrained({str(out)!r}, trust_remote_code=True).eval()
+        tok = AutoTokenizer.from_pretrained({str(out)!r}, trust_remote_code=True)
+        with torch.no_grad():
+            vectors = model(**tok({TEXTS!r}, padding=True, return_tensors="pt")).pooler_output
+        print(json.dumps(vectors.tolist()))
+        """,
+        tmp_path,
+    )
+    st = fresh_vectors(
+        f"""
+        import json
+        from sentence_transformers import SentenceTransformer
+        print(json.dumps(SentenceTransformer({str(out)!r}, trust_remote_code=True).encode({TEXTS!r}).tolist()))
+        """,
+        tmp_path,
+    )
+    pipe = fresh_vectors(
+        f"""
+        import json, numpy as np
+        from transformers import pipeline
+        extract = pipeline("feature-extraction", model={str(out)!r}, trust_remote_code=True)
+        print(json.dumps([np.mean(extract(text)[0], axis=0).tolist() for text in {TEXTS!r}]))
+        """,
+        tmp_path,
+    )
+    for vectors in (auto, st, pipe):
+        np.testing.assert_allclose(vectors, expected, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "make, extra, expected",
+    [
+        (None, [], "no such folder"),
+        ("gpt2", [], "decoder-only language model (gpt2)"),
+        ("t5", [], "sequence-to-sequence model (t5)"),
+        ("st", ["--tokenizer", "x"], "drop --tokenizer x"),
+        ("st", ["--model", "laser6"], "BiLSTM over its own embeddings"),
+    ],
+)
+def test_bad_init_from(tmp_path, capsys, st_dir, make, extra, expected):
+    from transformers import GPT2Config, T5Config
+
+    spec = tmp_path / "missing"
+    if make == "st":
+        spec = st_dir
+    elif make is not None:
+        spec = tmp_path / make
+        config = GPT2Config(n_layer=1, n_embd=8, n_head=2) if make == "gpt2" else T5Config(num_layers=1, d_model=8)
+        config.save_pretrained(spec)
+    args = train_args(tmp_path / "out", spec, *extra)
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert expected in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_tokenizer_without_a_fast_version_is_refused(tmp_path, capsys, backbone_dir, monkeypatch):
+    from hf_tlaser.training import warm
+
+    class Slow:
+        is_fast = False
+
+    monkeypatch.setattr(warm.AutoTokenizer, "from_pretrained", lambda *a, **k: Slow())
+    assert main(train_args(tmp_path / "out", backbone_dir)) == 2
+    assert "no fast version" in capsys.readouterr().err

@@ -53,8 +53,8 @@ ENCODER_SIZES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "int
 
 @dataclass
 class Backbone:
-    """A checked ``--init-from`` SPEC: its (Transformer module's) folder and identity, config, fast tokenizer (with the prompt in its
-    template), the sentence-transformers pooling and prompt (None where it has none)."""
+    """A checked ``--init-from`` SPEC: its (Transformer module's) folder and identity, config, fast tokenizer (with
+    the prompt in its template), the sentence-transformers pooling and prompt (None where it has none)."""
 
     spec: str
     folder: Path

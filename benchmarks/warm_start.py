@@ -26,7 +26,7 @@ import time
 
 import torch
 
-from hf_tlaser.data import DEFAULT_TRAIN_CORPORA, TranslationCollator, corpus_texts, load_corpora
+from hf_tlaser.data import DEFAULT_TRAIN_CORPORA, TranslationCollator, corpus_sentences, load_corpora
 from hf_tlaser.hardware import configure_threads, resolve_precision
 from hf_tlaser.training.presets import get_preset
 from hf_tlaser.training.warm import backbone_overrides, check_backbone, target_vocabulary
@@ -65,7 +65,8 @@ def child(backbone_spec: str, option: str, dtype: str, steps: int, pairs: int) -
     targets = settings.pop("targets", False)
     vocabulary = None
     if targets:
-        texts = corpus_texts(DEFAULT_TRAIN_CORPORA, languages=["en", "es"], max_sentences=60000)
+        sentences = corpus_sentences(DEFAULT_TRAIN_CORPORA, max_sentences=60000)
+        texts = (text for lang, text in sentences if lang in ("en", "es"))
         vocabulary = target_vocabulary(backbone.tokenizer, texts)
         settings["decoder_vocab_size"] = len(vocabulary)
     tok = backbone.tokenizer

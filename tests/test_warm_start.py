@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
 from transformers import AutoModel, PreTrainedTokenizerFast, XLMRobertaConfig, XLMRobertaModel
 
+from hf_tlaser.hub.model_card import render_model_card
 from hf_tlaser.models.ldt import LDTConfig, LDTForAlignment
 from hf_tlaser.models.tlaser import TLaserConfig, TLaserForTranslation
 from hf_tlaser.training.cli import main
@@ -217,18 +218,28 @@ def train_args(out: Path, spec: Path, *extra: str) -> list[str]:
     ]  # fmt: skip
 
 
-def test_training_run_saves_a_complete_folder_and_resumes(st_dir, tmp_path):
-    out = tmp_path / "run"
+@pytest.fixture(scope="module")
+def warm_run(st_dir, tmp_path_factory) -> Path:
+    """A cT-LASER trained on the sentence-transformers backbone: 2 updates (the first frozen), resumed to 3."""
+    out = tmp_path_factory.mktemp("warm") / "run"
     assert main(train_args(out, st_dir, "--max-steps", "2", "--save-steps", "1", "--freeze-encoder-steps", "1")) == 0
-    config = json.loads((out / "config.json").read_text())
+    assert main(train_args(out, st_dir, "--max-steps", "3", "--resume", "auto", "--freeze-encoder-steps", "1")) == 0
+    return out
+
+
+def test_training_run_records_the_backbone_and_resumes(warm_run):
+    config = json.loads((warm_run / "config.json").read_text())
     assert config["backbone"]["model_type"] == "xlm-roberta" and config["pooling"] == "mean"
     assert config["hidden_size"] == 32 and 0 < config["decoder_vocab_size"] < config["vocab_size"]
-    assert main(train_args(out, st_dir, "--max-steps", "3", "--resume", "auto", "--freeze-encoder-steps", "1")) == 0
-    state = json.loads((out / "trainer_state.json").read_text())
-    assert state["global_step"] == 3
+    assert json.loads((warm_run / "trainer_state.json").read_text())["global_step"] == 3
+    card = render_model_card(warm_run)
+    assert "pretrained xlm-roberta encoder" in card and "mean of the final outputs" in card
 
+
+def test_saved_folder_loads_everywhere_in_a_fresh_process(warm_run, tmp_path):
     from hf_tlaser.models.tlaser import TLaserModel
 
+    out = warm_run
     tokenizer = PreTrainedTokenizerFast.from_pretrained(out)
     expected = TLaserModel.from_pretrained(out).encode(TEXTS, tokenizer)
     auto = fresh_vectors(
@@ -262,6 +273,48 @@ def test_training_run_saves_a_complete_folder_and_resumes(st_dir, tmp_path):
     )
     for vectors in (auto, st, pipe):
         np.testing.assert_allclose(vectors, expected, atol=1e-4)
+    decoded = fresh_vectors(
+        f"""
+        import json, torch
+        from transformers import AutoModelForSeq2SeqLM
+        model = AutoModelForSeq2SeqLM.from_pretrained({str(out)!r}, trust_remote_code=True)
+        ids = model.generate(vectors=torch.tensor({expected.tolist()!r}), tgt_lang="en", max_new_tokens=4)
+        print(json.dumps(ids.tolist()))
+        """,
+        tmp_path,
+    )
+    assert decoded.shape[0] == len(TEXTS) and set(decoded.flatten().astype(int)) <= set(range(len(tokenizer)))
+
+
+def test_push_publishes_a_warm_start_folder(warm_run, tmp_path, monkeypatch):
+    import os
+    import subprocess
+    import sys
+
+    from hub_server import HubServer
+
+    from hf_tlaser.hub import cli as push_cli
+
+    monkeypatch.setenv("HF_TOKEN", "dummy-token")
+    expected = PreTrainedTokenizerFast.from_pretrained(warm_run)
+    with HubServer() as hub:
+        assert push_cli.main([str(warm_run), "tester/warm", "--endpoint", hub.url]) == 0
+        files = hub.repos["tester/warm"].commits[hub.repos["tester/warm"].branches["main"]]
+        assert {"model.safetensors", "sentence_embedding.py", "modules.json", "tokenizer.json"} <= set(files)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING")) and k != "PYTHONPATH"}
+        env.update(HF_ENDPOINT=hub.url, HF_HOME=str(tmp_path), HF_TOKEN="dummy-token")
+        script = (
+            "import sys, json\nsys.modules['hf_tlaser'] = None\n"
+            "from sentence_transformers import SentenceTransformer\n"
+            f"print('RESULT ' + json.dumps(SentenceTransformer('tester/warm', trust_remote_code=True)"
+            f".encode({TEXTS!r}).tolist()))"
+        )
+        done = subprocess.run([sys.executable, "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    from hf_tlaser.models.tlaser import TLaserModel
+
+    vectors = np.array(json.loads(done.stdout.split("RESULT ", 1)[1]))
+    np.testing.assert_allclose(vectors, TLaserModel.from_pretrained(warm_run).encode(TEXTS, expected), atol=1e-4)
 
 
 @pytest.mark.parametrize(

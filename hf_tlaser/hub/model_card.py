@@ -220,6 +220,29 @@ def _cnv_details(config: dict, model_dir: Path) -> str:
     return _table(["", ""], rows)
 
 
+def _warm_rows(config: dict, rows: list[list[str]]) -> list[list[str]]:
+    """``rows`` of a model trained with ``--init-from``: the pretrained backbone as the architecture, its pooling and
+    its tokenizer (and the decoder's restricted vocabulary) instead of a joint BPE; unchanged without a backbone."""
+    backbone = config.get("backbone")
+    if not backbone:
+        return rows
+    source = backbone.get("_name_or_path") or "a pretrained model"
+    pooling = {"cls": "final output at position 0 (<s>)", "mean": "mean of the final outputs over the tokens"}
+    vocabulary = f"the backbone's tokenizer, {config['vocab_size']} pieces"
+    if config.get("decoder_vocab_size"):
+        vocabulary += f"; the decoder writes the {config['decoder_vocab_size']} pieces of its training targets"
+    replaced = {
+        "Architecture": (
+            f"pretrained {backbone['model_type']} encoder ({source}, hf-tlaser train --init-from): "
+            f"{backbone.get('num_hidden_layers')} layers, hidden size {config['hidden_size']}"
+        ),
+        "Sentence vector": f"{config['hidden_size']}-dim {pooling[config.get('pooling', 'cls')]}",
+        "Vocabulary": vocabulary,
+        "Maximum input length": f"{config.get('max_position_embeddings')} tokens (incl. <s> and </s>)",
+    }
+    return [[name, replaced.get(name, value)] for name, value in rows]
+
+
 def _ldt_details(config: dict, model_dir: Path) -> str:
     weights = (config.get("generative_loss_weight"), config.get("align_loss_weight"), config.get("sim_loss_weight"))
     rows = [
@@ -243,6 +266,7 @@ def _ldt_details(config: dict, model_dir: Path) -> str:
         ["Maximum input length", f"{config.get('max_position_embeddings')} tokens (incl. STR_TAG and </s>)"],
         ["Languages", ", ".join(trained_languages(config))],
     ]
+    rows = _warm_rows(config, rows)
     counts = _checkpoint_parameters(model_dir)
     if counts:
         rows.append(["Parameters", f"{counts[0] / 1e6:.1f}M in the encoder ({counts[1] / 1e6:.1f}M with the head)"])
@@ -277,6 +301,7 @@ def _yu2018_details(config: dict, model_dir: Path) -> str:
         ["Maximum input length", f"{config.get('max_position_embeddings')} tokens (incl. STR_TAG and </s>)"],
         ["Languages", ", ".join(trained_languages(config))],
     ]
+    rows = _warm_rows(config, rows)
     counts = _checkpoint_parameters(model_dir)
     if counts:
         rows.append(["Parameters", f"{counts[0] / 1e6:.1f}M in the encoder ({counts[1] / 1e6:.1f}M with the decoder)"])
@@ -321,6 +346,7 @@ def _details(config: dict, model_dir: Path) -> str:
         ["Maximum input length", f"{config.get('max_position_embeddings')} tokens (incl. STR_TAG and </s>)"],
         ["Languages", ", ".join(trained_languages(config))],
     ]
+    rows = _warm_rows(config, rows)
     counts = _checkpoint_parameters(model_dir)
     if counts:
         rows.append(["Parameters", f"{counts[0] / 1e6:.1f}M in the encoder ({counts[1] / 1e6:.1f}M with the decoder)"])

@@ -27,7 +27,7 @@ from hf_tlaser.errors import UsageError
 from hf_tlaser.hardware import PRECISIONS
 from hf_tlaser.teachers import SPEC_HELP as TEACHER_SPEC_HELP
 from hf_tlaser.training.families import train
-from hf_tlaser.training.presets import MODELS, SIZES, get_preset
+from hf_tlaser.training.presets import MODELS, SIZES, WARM_ENCODER_LR, WARM_FREEZE_UPDATES, get_preset
 from hf_tlaser.training.spec import BATCHING, RECIPE_FLAGS, RunSpec
 from hf_tlaser.training.warm import DECODER_VOCABS, INIT_HINT, POOLING_CHOICES
 
@@ -182,14 +182,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--freeze-encoder-steps",
         type=int,
-        default=defaults["freeze_encoder_steps"],
-        help="updates during which the encoder gets no gradient (a decoder at random init trains first)",
+        default=None,
+        help=f"updates during which the encoder gets no gradient, so that a decoder at random init trains first "
+        f"(default: {WARM_FREEZE_UPDATES} with --init-from, else 0)",
     )
     p.add_argument(
         "--encoder-lr",
         type=float,
         default=None,
-        help="peak learning rate of the encoder's weights (default: --learning-rate's)",
+        help=f"peak learning rate of the encoder's weights (default: {WARM_ENCODER_LR} with --init-from, else "
+        "--learning-rate's)",
     )
     for name in RECIPE_FLAGS:
         kind = {"batching": str, "max_lines": int, "max_sentences": int}.get(name, float)

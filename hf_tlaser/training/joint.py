@@ -315,6 +315,6 @@ def train_joint(spec: RunSpec) -> LaserTrainer:
         callbacks=callbacks,
         tokenizer=tokenizer,
         distill_weight=spec.distill_weight,
-        freeze_encoder_steps=spec.freeze_encoder_steps,
-        encoder_lr=spec.encoder_lr,
+        freeze_encoder_steps=spec.encoder_schedule[0],
+        encoder_lr=spec.encoder_schedule[1],
     )

@@ -16,7 +16,7 @@ from transformers import PretrainedConfig
 
 from hf_tlaser.data import DEFAULT_PIVOTS, DEFAULT_TRAIN_CORPORA
 from hf_tlaser.errors import UsageError
-from hf_tlaser.training.presets import Preset, Recipe
+from hf_tlaser.training.presets import WARM_ENCODER_LR, WARM_FREEZE_UPDATES, WARM_RECIPE, Preset, Recipe
 
 RECIPE_FLAGS = (
     "vocab_size",
@@ -80,9 +80,11 @@ class RunSpec:
     else the preset's."""
     decoder_vocab: str | None = None
     """``full`` or ``targets`` (the pieces of the training targets); None: ``targets`` with ``--init-from``."""
-    freeze_encoder_steps: int = 0
+    freeze_encoder_steps: int | None = None
+    """Updates without a gradient into the encoder (None: ``WARM_FREEZE_UPDATES`` with ``--init-from``, else 0)."""
     encoder_lr: float | None = None
-    """Peak learning rate of the encoder's weights (None: the recipe's ``learning_rate``)."""
+    """Peak learning rate of the encoder's weights (None: ``WARM_ENCODER_LR`` with ``--init-from``, else the
+    recipe's ``learning_rate``)."""
     # recipe overrides (RECIPE_FLAGS): None keeps the preset's value; numbers are cast to the recipe's type
     vocab_size: float | None = None
     max_tokens: float | None = None
@@ -118,9 +120,9 @@ class RunSpec:
         return asdict(self)
 
     def recipe(self, preset: Preset) -> Recipe:
-        """The preset's recipe with this run's overrides; UsageError (naming the flag) on a value out of range, here
-        or in the run's step counts."""
-        overrides = {}
+        """The preset's recipe (with ``--init-from``, ``WARM_RECIPE`` over it) with this run's overrides; UsageError
+        (naming the flag) on a value out of range, here or in the run's step counts."""
+        overrides = dict(WARM_RECIPE) if self.init_from else {}
         for name in RECIPE_FLAGS:
             value, default = getattr(self, name), getattr(preset.recipe, name)
             if value is not None:
@@ -149,11 +151,20 @@ class RunSpec:
             raise UsageError(f"--save-steps {self.save_steps}: must be at least 1")
         if self.max_minutes is not None and self.max_minutes <= 0:
             raise UsageError(f"--max-minutes {self.max_minutes}: must be > 0")
-        if self.freeze_encoder_steps < 0:
+        if self.freeze_encoder_steps is not None and self.freeze_encoder_steps < 0:
             raise UsageError(f"--freeze-encoder-steps {self.freeze_encoder_steps}: must be >= 0")
         if self.encoder_lr is not None and self.encoder_lr < 0:
             raise UsageError(f"--encoder-lr {self.encoder_lr}: must be >= 0")
         return recipe
+
+    @property
+    def encoder_schedule(self) -> tuple[int, float | None]:
+        """(updates with a frozen encoder, the encoder's peak learning rate or None for the recipe's): the flags, else
+        the warm-start defaults with ``--init-from``."""
+        warm = self.init_from is not None
+        freeze = self.freeze_encoder_steps if self.freeze_encoder_steps is not None else WARM_FREEZE_UPDATES * warm
+        lr = self.encoder_lr if self.encoder_lr is not None else (WARM_ENCODER_LR if warm else None)
+        return freeze, lr
 
 
 def flag_error(flag: str, err: Exception) -> UsageError:

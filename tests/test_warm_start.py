@@ -353,3 +353,13 @@ def test_a_tokenizer_without_a_fast_version_is_refused(tmp_path, capsys, backbon
     monkeypatch.setattr(warm.AutoTokenizer, "from_pretrained", lambda *a, **k: Slow())
     assert main(train_args(tmp_path / "out", backbone_dir)) == 2
     assert "no fast version" in capsys.readouterr().err
+
+
+def test_chrf_matches_a_hand_computation():
+    from hf_tlaser.evaluation.chrf import chrf
+
+    assert chrf(["abc"], ["abc"]) == pytest.approx(100.0)
+    assert chrf(["xyz"], ["abc"]) == 0.0
+    # "ab" vs "abc": unigrams P 2/2 R 2/3, bigrams P 1/1 R 1/2; trigrams only in the reference: orders 1-2 count
+    precision, recall = (1 + 1) / 2, (2 / 3 + 1 / 2) / 2
+    assert chrf(["a b"], ["abc"]) == pytest.approx(100 * 5 * precision * recall / (4 * precision + recall))

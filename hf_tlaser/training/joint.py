@@ -8,6 +8,7 @@ from __future__ import annotations
 import inspect
 import json
 import logging
+from itertools import islice
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -275,7 +276,8 @@ def train_joint(spec: RunSpec) -> LaserTrainer:
         if checkpoint is None:
             checked.backbone.load_into(model.encoder)
         if not spec.streaming:
-            unk_rates(tokenizer, {lang: [t for t in dataset.dataset[lang][:2000] if t] for lang in languages})
+            samples = {lang: list(islice(filter(None, dataset.dataset[lang]), 2000)) for lang in languages}
+            unk_rates(tokenizer, samples)
     collator = collator_for(model, tokenizer, plan.pairs)
     if checked.teacher is not None:
         matrix, row_of = teacher_matrix(

@@ -219,6 +219,8 @@ def unk_rates(tokenizer: PreTrainedTokenizerFast, texts_by_language: dict[str, l
     """Share of ``<unk>`` pieces in each language's texts; a warning for each one above ``UNK_WARNING``."""
     rates = {}
     for lang, texts in texts_by_language.items():
+        if not texts:
+            continue
         ids = [i for row in tokenizer(texts, add_special_tokens=False)["input_ids"] for i in row]
         rates[lang] = sum(i == tokenizer.unk_token_id for i in ids) / max(len(ids), 1)
         if rates[lang] > UNK_WARNING:

@@ -235,3 +235,23 @@ def test_run_suite_reports_reference_rows(tmp_path, data_dir):
     pairs = report.split("## ud-pud: xsim error % per language pair (absolute margin)")[1]
     assert "| pair | toy | reversed (reference) | tfidf-char (lexical reference) |" in pairs
     assert "| en → de |" in pairs and "| de → en |" in pairs
+
+
+def test_english_table_shows_each_language_to_and_from_english_per_row():
+    from hf_tlaser.evaluation.report import english_table
+
+    matrix = {"langs": ["de", "en", "fi"], "xsim": [[None, 1.0, 9.0], [2.0, None, 4.0], [9.0, 3.0, None]]}
+    other = {"langs": ["de", "en", "fi"], "xsim": [[None, 5.0, 9.0], [6.0, None, 8.0], [9.0, 7.0, None]]}
+    results = {
+        "evaluated": {"label": "model"},
+        "retrieval": {"matrices": {"set": {"absolute": matrix}}},
+        "references": {"ref": {"label": "ref", "retrieval": {"matrices": {"set": {"absolute": other}}}}},
+    }
+    lines = english_table(results, "set").splitlines()
+    assert lines[0] == "| set (absolute): xx → en / en → xx | model | ref |"
+    assert lines[2:] == ["| de ↔ en | 1.00 / 2.00 | 5.00 / 6.00 |", "| fi ↔ en | 3.00 / 4.00 | 7.00 / 8.00 |"]
+    no_english = {
+        "evaluated": {},
+        "retrieval": {"matrices": {"set": {"absolute": {"langs": ["de", "fi"], "xsim": []}}}},
+    }
+    assert english_table(no_english, "set") is None

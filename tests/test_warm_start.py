@@ -363,3 +363,24 @@ def test_chrf_matches_a_hand_computation():
     # "ab" vs "abc": unigrams P 2/2 R 2/3, bigrams P 1/1 R 1/2; trigrams only in the reference: orders 1-2 count
     precision, recall = (1 + 1) / 2, (2 / 3 + 1 / 2) / 2
     assert chrf(["a b"], ["abc"]) == pytest.approx(100 * 5 * precision * recall / (4 * precision + recall))
+
+
+def test_warm_start_recipe_defaults_and_flags():
+    from hf_tlaser.training.presets import WARM_ENCODER_LR, WARM_FREEZE_UPDATES, WARM_RECIPE, get_preset
+    from hf_tlaser.training.spec import RunSpec
+
+    preset = get_preset("ctlaser", "tiny")
+    scratch = RunSpec(output_dir="x")
+    assert scratch.recipe(preset) == preset.recipe and scratch.encoder_schedule == (0, None)
+    warm = RunSpec(output_dir="x", init_from="e5")
+    recipe = warm.recipe(preset)
+    assert all(getattr(recipe, key) == value for key, value in WARM_RECIPE.items())
+    assert warm.encoder_schedule == (WARM_FREEZE_UPDATES, WARM_ENCODER_LR)
+    mine = RunSpec(output_dir="x", init_from="e5", max_tokens=2000, freeze_encoder_steps=0, encoder_lr=1e-4)
+    assert mine.recipe(preset).max_tokens == 2000 and mine.encoder_schedule == (0, 1e-4)
+
+
+def test_pooling_backbone_needs_init_from(tmp_path, capsys):
+    args = ["--model", "ctlaser", "--output-dir", str(tmp_path / "out"), "--pooling", "backbone"]
+    assert main(args) == 2
+    assert "--pooling backbone: only with --init-from" in capsys.readouterr().err

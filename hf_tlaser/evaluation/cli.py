@@ -26,7 +26,7 @@ from hf_tlaser.evaluation.encoder import DOCUMENT_WORDS, EncoderEmbed, load_enco
 from hf_tlaser.evaluation.lexical import NAME as LEXICAL_NAME
 from hf_tlaser.evaluation.provenance import check_model_folder, describe_model
 from hf_tlaser.evaluation.readers import LANGS, is_spec
-from hf_tlaser.evaluation.report import about_table, summary_table
+from hf_tlaser.evaluation.report import about_table, english_table, summary_table
 from hf_tlaser.evaluation.suite import (
     EVALUATION_LANGS,
     RETRIEVAL_SETS,
@@ -75,9 +75,12 @@ def reference_rows(
 
 
 def summarize(results: dict) -> str:
-    """What was evaluated and the one results table (model, random init, lexical baseline, majority class), as
-    markdown: what ``hf-tlaser evaluate`` prints."""
-    return "\n\n".join([about_table(results.get("evaluated") or {}), summary_table(results)])
+    """What was evaluated, the one results table (model, random init, lexical baseline, majority class) and, for
+    each retrieval set with English, its error to and from English per language, as markdown: what ``hf-tlaser
+    evaluate`` prints."""
+    sets = ((results.get("retrieval") or {}).get("matrices")) or {}
+    per_language = [table for name in sets if (table := english_table(results, name)) is not None]
+    return "\n\n".join([about_table(results.get("evaluated") or {}), summary_table(results), *per_language])
 
 
 def evaluate_model(

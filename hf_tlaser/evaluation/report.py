@@ -154,3 +154,25 @@ def pair_table(results: dict, name: str, margin: str) -> str:
                 cells = [m["xsim"][i][j] if m else None for m in matrices]
                 table.append([f"{query} → {target}", *("-" if v is None else float(v) for v in cells)])
     return markdown_table(["pair", *(label for label, _ in rows)], table)
+
+
+def english_table(results: dict, name: str, margin: str = "absolute") -> str | None:
+    """xsim error % of retrieval set ``name`` between English and each other language, one row per language and one
+    ``xx → en / en → xx`` column per row of :func:`summary_table`; None when the set has no English or no other
+    language."""
+    rows = result_rows(results)
+    matrices = [((entry.get("retrieval") or {}).get("matrices") or {}).get(name, {}).get(margin) for _, entry in rows]
+    langs = (matrices[0] or {}).get("langs") or []
+    if "en" not in langs or len(langs) < 2:
+        return None
+    en = langs.index("en")
+
+    def cell(matrix: dict | None, i: int) -> str:
+        if not matrix:
+            return "-"
+        return " / ".join(
+            "-" if v is None else f"{float(v):.2f}" for v in (matrix["xsim"][i][en], matrix["xsim"][en][i])
+        )
+
+    table = [[f"{lang} ↔ en", *(cell(m, i) for m in matrices)] for i, lang in enumerate(langs) if i != en]
+    return markdown_table([f"{name} ({margin}): xx → en / en → xx", *(label for label, _ in rows)], table)

@@ -8,8 +8,8 @@ from __future__ import annotations
 import inspect
 import json
 import logging
-from itertools import islice
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 
 import torch

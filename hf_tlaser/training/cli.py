@@ -184,7 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         help=f"updates during which the encoder gets no gradient, so that a decoder at random init trains first "
-        f"(default: {WARM_FREEZE_UPDATES} with --init-from, else 0)",
+        f"(default: {WARM_FREEZE_UPDATES} with --init-from, measured in docs/results.md; else 0)",
     )
     p.add_argument(
         "--encoder-lr",

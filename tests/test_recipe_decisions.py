@@ -9,7 +9,9 @@ import torch
 from torch import nn
 from transformers import TrainingArguments
 
-from hf_tlaser.data import PairBatchSampler
+from hf_tlaser.data import COMPOSITIONS, PairBatchSampler, resolve_corpora
+from hf_tlaser.data.sources import stream_source
+from hf_tlaser.data.streaming import StreamingPairBatches
 from hf_tlaser.errors import UsageError
 from hf_tlaser.models.cnv import CNVConfig, cnv_distance_loss
 from hf_tlaser.models.yu2018 import Yu2018Config, Yu2018ForTranslation
@@ -88,6 +90,24 @@ def test_batch_length_spread_under_each_composition():
     assert sorted_spread <= 1.0  # neighbours in length: every negative as long as its positive
     assert random_spread >= 25.0  # lengths 3..40: negatives of any length
     assert random_rows < 0.75 * sorted_rows  # the padding cost: fewer pairs under the same token budget
+
+
+def test_streamed_batches_follow_the_composition(data_dir, tokenizer):
+    """--streaming packs its chunks the same way: the same pairs, sorted neighbours or any lengths."""
+    (source,) = resolve_corpora(["wmt-newstest-multiway"], data_dir)
+    spreads, pairs = {}, {}
+    for composition in COMPOSITIONS:
+        stream = StreamingPairBatches(
+            stream_source(source, 120), [("de", "en")], tokenizer, 600, buffer_size=5000, composition=composition
+        )
+        batches = []
+        while stream.streams[0].cycle == 0:
+            batches.append(stream.streams[0].next_batch())
+        lengths = [[len(tokenizer(item["src"])["input_ids"]) for item in batch] for batch in batches]
+        spreads[composition] = np.mean([max(b) - min(b) for b in lengths])
+        pairs[composition] = sorted((item["src"], item["tgt"]) for batch in batches for item in batch)
+    assert pairs["length"] == pairs["random"]
+    assert spreads["random"] > 3 * spreads["length"]
 
 
 @pytest.mark.parametrize("model", ["ldt", "ctlaser"])

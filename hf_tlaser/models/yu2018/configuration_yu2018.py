@@ -51,8 +51,8 @@ class Yu2018Config(PretrainedConfig):
             vectors of a second, dropout-free encoder pass of the batch (when training with dropout > 0), so that
             identical sentences have L_sim = 0; the translation losses still read the dropped-out vectors. True: on
             the training pass's vectors, whose two sides get independent dropout masks: a floor of a few % of
-            ||h||^2 even for identical sentences (4.8 % measured), which alpha = 60 turns into a pull towards small, collapsed
-            vectors (docs/training.md, "Yu 2018: the dropout floor of L_sim").
+            ||h||^2 even for identical sentences (4.8 % measured), which alpha = 60 turns into a pull towards small,
+            collapsed vectors (docs/training.md, "Yu 2018: the dropout floor of L_sim").
         encoder_l2_weight (`float`, 0.0): weight of the paper's alternative regulariser, an L2 penalty on the
             encoder weights (sec. 2.2, Table 2 "with encoder weight regularization"): the sum of squares of the
             encoder's LSTM and self-attention weight matrices (not the word embeddings nor biases), added once per

@@ -70,14 +70,14 @@ def test_distance_cost_matches_hand_computed_values():
     p_a = torch.tensor([[0.0, 0.0], [1.0, 0.0]])
     p_b = torch.tensor([[0.0, 1.0], [1.0, 0.0]])
     negatives = torch.tensor([[1, 0]])  # the negative of pair 0 is b_1, of pair 1 is b_0
-    out = cnv_distance_loss(p_a, p_b, negatives, alpha=2.0)
+    out = cnv_distance_loss(p_a, p_b, negatives, alpha=2.0, squared=True)
     # v_norm = (0 + 1 + 1 + 1) / 4; d_p = (1, 0); d_n = (1, 2); k = (0, -2); l_d = relu(2 + 2k / 2.5)
     assert out.v_norm.item() == pytest.approx(0.75)
     torch.testing.assert_close(out.d_p, torch.tensor([1.0, 0.0]))
     torch.testing.assert_close(out.d_n, torch.tensor([[1.0, 2.0]]))
     torch.testing.assert_close(out.hinge, torch.tensor([[2.0, 0.4]]))
     assert out.total.item() == pytest.approx(2.4)
-    plain = cnv_distance_loss(p_a, p_b, negatives, alpha=2.0, squared=False)  # norms: d_n = (1, sqrt 2)
+    plain = cnv_distance_loss(p_a, p_b, negatives, alpha=2.0)  # the default, plain norms: d_n = (1, sqrt 2)
     torch.testing.assert_close(plain.hinge, torch.tensor([[2.0, 2 - 2 * math.sqrt(2) / 2.5]]))
 
 
@@ -85,12 +85,12 @@ def test_distance_cost_of_identical_pairs_and_matrices():
     torch.manual_seed(0)
     p = torch.randn(3, 2, 4)  # context matrices [B, r, d_h]: Frobenius norms
     negatives = torch.tensor([[1, 2, 0], [2, 0, 1]])
-    out = cnv_distance_loss(p, p.clone(), negatives, alpha=8.0)
+    out = cnv_distance_loss(p, p.clone(), negatives, alpha=8.0, squared=True)
     assert torch.all(out.d_p == 0)
     v_norm = p.flatten(1).norm(dim=-1).mean()
     d_n = ((p.unsqueeze(0) - p[negatives]) ** 2).sum((-1, -2))
     torch.testing.assert_close(out.hinge, torch.relu(8.0 - 8.0 * d_n / (2 * v_norm + 1)))
-    far = cnv_distance_loss(p * 100, p * 100, negatives, alpha=8.0)  # negatives far beyond the margin: no cost
+    far = cnv_distance_loss(p * 100, p * 100, negatives, alpha=8.0, squared=True)  # squared: inflating P escapes
     assert far.total.item() == 0.0
 
 

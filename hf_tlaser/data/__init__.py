@@ -1,6 +1,6 @@
 """Parallel corpora, cleaning, pair curriculum, token-budget batching and the translation collator."""
 
-from hf_tlaser.data.batching import MultiwayBatchSampler, PairBatchSampler, ParallelExamples
+from hf_tlaser.data.batching import COMPOSITIONS, MultiwayBatchSampler, PairBatchSampler, ParallelExamples
 from hf_tlaser.data.cleaning import CleaningConfig, CleaningReport, clean_groups
 from hf_tlaser.data.collator import TranslationCollator, count_target_tokens
 from hf_tlaser.data.corpora import (
@@ -44,6 +44,7 @@ from hf_tlaser.data.readers import (
 from hf_tlaser.data.sources import SPEC_HELP, Source, parse_spec, split_specs
 
 __all__ = [
+    "COMPOSITIONS",
     "BILINGUAL_PAIRS",
     "DEFAULT_PAIRS",
     "DEFAULT_PIVOTS",

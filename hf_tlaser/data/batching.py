@@ -49,6 +49,12 @@ from hf_tlaser.data.languages import DEFAULT_PAIRS, Pair, check_languages, langu
 logger = logging.getLogger(__name__)
 
 
+COMPOSITIONS = ("length", "random")
+"""How a chunk's rows are grouped into micro-batches: ``length`` sorts them by length first (least padding; every
+in-batch negative about as long as its positive), ``random`` packs them in their shuffled order (more padding, so
+fewer rows per micro-batch; negatives of any length, as the LDT / cNV authors' loaders)."""
+
+
 def pack_chunk(
     rows: np.ndarray,
     src_len: np.ndarray,
@@ -57,11 +63,16 @@ def pack_chunk(
     tgt_w: np.ndarray,
     max_tokens: int,
     max_sentences: int | None = None,
+    composition: str = "length",
 ) -> list[list[int]]:
-    """Sort one chunk of rows by length (stable) and pack it greedily into micro-batches: rows x longest sentence
-    (source and target side, each row counted ``src_w``/``tgt_w`` times) stays under ``max_tokens``, at most
-    ``max_sentences`` rows. The arrays are aligned with ``rows``; returns lists of ``rows`` items."""
-    order = np.argsort(np.maximum(src_len, tgt_len), kind="stable")
+    """Pack one chunk of rows greedily into micro-batches: rows x longest sentence (source and target side, each
+    row counted ``src_w``/``tgt_w`` times) stays under ``max_tokens``, at most ``max_sentences`` rows. ``composition``
+    ``length`` sorts the rows by length first (stable); ``random`` keeps their order (shuffle them before). The
+    arrays are aligned with ``rows``; returns lists of ``rows`` items."""
+    if composition not in COMPOSITIONS:
+        raise ValueError(f"composition={composition!r}; expected one of {COMPOSITIONS}")
+    by_length = composition == "length"
+    order = np.argsort(np.maximum(src_len, tgt_len), kind="stable") if by_length else np.arange(len(rows))
     stats = zip(
         rows[order].tolist(),
         src_len[order].tolist(),
@@ -95,9 +106,10 @@ class _Stream:
         self.rows, self.src_len, self.tgt_len, self.src_w, self.tgt_w = rows, src_len, tgt_len, src_w, tgt_w
 
     def pack(
-        self, rng: np.random.Generator, max_tokens: int, max_sentences: int | None, chunk_size: int
+        self, rng: np.random.Generator, max_tokens: int, max_sentences: int | None, chunk_size: int, composition: str
     ) -> list[list[int]]:
-        """One cycle: shuffle, sort by length within chunks, pack greedily under the budget, shuffle batches."""
+        """One cycle: shuffle, (``length``: sort by length within chunks,) pack greedily under the budget, shuffle
+        batches."""
         perm = rng.permutation(self.rows)
         batches: list[list[int]] = []
         for start in range(0, len(perm), chunk_size):
@@ -110,6 +122,7 @@ class _Stream:
                 self.tgt_w[chunk],
                 max_tokens,
                 max_sentences,
+                composition,
             )
         return [batches[i] for i in rng.permutation(len(batches))]
 
@@ -126,6 +139,7 @@ class _PlannedBatchSampler(Sampler[list]):
         num_batches: int | None = None,
         max_sentences: int | None = None,
         chunk_size: int = 10_000,
+        composition: str = "length",
         rank: int = 0,
         world_size: int = 1,
     ) -> None:
@@ -139,6 +153,7 @@ class _PlannedBatchSampler(Sampler[list]):
             logger.warning("pairs without data (not sampled): %s", ", ".join(empty))
         self.pairs = list(self.streams)
         self.max_tokens, self.max_sentences, self.chunk_size = max_tokens, max_sentences, chunk_size
+        self.composition = composition
         self.seed, self.epoch, self.rank, self.world_size = seed, 0, rank, world_size
         if num_batches is None:  # one cycle of every stream, fixed from epoch 0 so that len() never changes
             num_batches = sum(len(self._cycle(i, 0, 0)) for i in range(len(self.pairs)))
@@ -149,7 +164,8 @@ class _PlannedBatchSampler(Sampler[list]):
 
     def _cycle(self, stream: int, epoch: int, cycle: int) -> list[list[int]]:
         rng = np.random.default_rng([self.seed, epoch, stream, cycle])
-        return self.streams[self.pairs[stream]].pack(rng, self.max_tokens, self.max_sentences, self.chunk_size)
+        stream_rows = self.streams[self.pairs[stream]]
+        return stream_rows.pack(rng, self.max_tokens, self.max_sentences, self.chunk_size, self.composition)
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch whose plan is iterated (the Trainer/accelerate call this when present)."""
@@ -205,6 +221,7 @@ class PairBatchSampler(_PlannedBatchSampler):
         num_batches: int | None = None,
         max_sentences: int | None = None,
         chunk_size: int = 10_000,
+        composition: str = "length",
         rank: int = 0,
         world_size: int = 1,
     ) -> None:
@@ -229,6 +246,7 @@ class PairBatchSampler(_PlannedBatchSampler):
             num_batches=num_batches,
             max_sentences=max_sentences,
             chunk_size=chunk_size,
+            composition=composition,
             rank=rank,
             world_size=world_size,
         )
@@ -255,6 +273,7 @@ class MultiwayBatchSampler(_PlannedBatchSampler):
         num_batches: int | None = None,
         max_sentences: int | None = None,
         chunk_size: int = 10_000,
+        composition: str = "length",
         rank: int = 0,
         world_size: int = 1,
     ) -> None:
@@ -294,6 +313,7 @@ class MultiwayBatchSampler(_PlannedBatchSampler):
             num_batches=num_batches,
             max_sentences=max_sentences,
             chunk_size=chunk_size,
+            composition=composition,
             rank=rank,
             world_size=world_size,
         )

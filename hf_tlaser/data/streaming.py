@@ -139,9 +139,12 @@ class _PairStream:
         self.counts["kept"] += len(src)
         self.kept_in_cycle += len(src)
         ones = np.ones(len(src), dtype=np.int64)
-        lengths = np.asarray(src_len, dtype=np.int64), np.asarray(tgt_len, dtype=np.int64)
-        batches = pack_chunk(np.arange(len(src)), *lengths, ones, ones, owner.max_tokens, owner.max_sentences)
         rng = np.random.default_rng([owner.seed, owner.rank, self.index, self.cycle, self.chunk])
+        rows = rng.permutation(len(src)) if owner.composition == "random" else np.arange(len(src))
+        lengths = np.asarray(src_len, dtype=np.int64)[rows], np.asarray(tgt_len, dtype=np.int64)[rows]
+        batches = pack_chunk(
+            rows, *lengths, ones, ones, owner.max_tokens, owner.max_sentences, owner.composition
+        )  # fmt: skip
         return [
             [{"src_lang": a, "tgt_lang": b, "src": src[i], "tgt": tgt[i]} for i in batches[j]]
             for j in rng.permutation(len(batches))
@@ -176,8 +179,9 @@ class StreamingPairBatches(torch.utils.data.IterableDataset):
     ``TranslationCollator``.
 
     ``sources``: ``(IterableDataset in the group schema, its languages)`` (``hf_tlaser.data.sources.stream_source``).
-    ``cleaning`` and ``tokenizer`` clean each group as ``clean_groups`` does; ``max_tokens``/``max_sentences`` pack
-    the micro-batches as ``PairBatchSampler``; ``buffer_size`` groups per pair are read, cleaned and packed at once.
+    ``cleaning`` and ``tokenizer`` clean each group as ``clean_groups`` does; ``max_tokens``, ``max_sentences`` and
+    ``composition`` pack the micro-batches as ``PairBatchSampler``; ``buffer_size`` groups per pair are read,
+    cleaned and packed at once.
     """
 
     def __init__(
@@ -190,6 +194,7 @@ class StreamingPairBatches(torch.utils.data.IterableDataset):
         cleaning: CleaningConfig | None = None,
         buffer_size: int = 10_000,
         max_sentences: int | None = None,
+        composition: str = "length",
         seed: int = 0,
         rank: int = 0,
         world_size: int = 1,
@@ -197,6 +202,7 @@ class StreamingPairBatches(torch.utils.data.IterableDataset):
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} not in [0, world_size={world_size})")
         self.tokenizer, self.max_tokens, self.max_sentences = tokenizer, max_tokens, max_sentences
+        self.composition = composition
         self.cleaning = cleaning or CleaningConfig()
         self.buffer_size, self.seed, self.rank, self.world_size = buffer_size, seed, rank, world_size
         split = [(split_dataset_by_node(ds, rank, world_size), set(langs)) for ds, langs in sources]

@@ -28,7 +28,7 @@ from hf_tlaser.hardware import PRECISIONS
 from hf_tlaser.teachers import SPEC_HELP as TEACHER_SPEC_HELP
 from hf_tlaser.training.families import train
 from hf_tlaser.training.presets import MODELS, SIZES, WARM_ENCODER_LR, WARM_FREEZE_UPDATES, get_preset
-from hf_tlaser.training.spec import BATCHING, RECIPE_FLAGS, RunSpec
+from hf_tlaser.training.spec import CHOICES, RECIPE_FLAGS, RunSpec
 from hf_tlaser.training.warm import DECODER_VOCABS, INIT_HINT, POOLING_CHOICES
 
 logger = logging.getLogger("hf_tlaser.train")
@@ -194,8 +194,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--learning-rate's)",
     )
     for name in RECIPE_FLAGS:
-        kind = {"batching": str, "max_lines": int, "max_sentences": int}.get(name, float)
-        choices = BATCHING if name == "batching" else None
+        kind = str if name in CHOICES else {"max_lines": int, "max_sentences": int}.get(name, float)
+        choices = CHOICES.get(name)
         p.add_argument(f"--{name.replace('_', '-')}", default=None, type=kind, choices=choices, help=_recipe_help(name))
     return p
 

@@ -28,11 +28,15 @@ class Recipe:
         vocab_size: joint BPE size trained when no tokenizer is given.
         max_tokens: padded tokens per micro-batch (per side). update_tokens: target budget per update, reached with
             gradient accumulation over micro-batches and processes (paper: 128K = 4000 x 16 x 2 GPUs).
-        learning_rate, warmup_updates, warmup_init_lr: inverse-sqrt schedule (fairseq ``inverse_sqrt``).
+        learning_rate, warmup_updates, warmup_init_lr: peak lr and its linear warm-up.
+        lr_schedule: "inverse_sqrt" (fairseq: lr x sqrt(warmup_updates / update) after the warm-up) or "step"
+            (LDT, Mao et al. 2021 sec. 4.1: the peak held, then / 10 after ``lr_step_epochs`` epochs).
         adam_betas, weight_decay, max_grad_norm: optimiser.
         max_sentence_tokens: cleaning cap on sentence length (tokens incl. STR_TAG and </s>).
         batching: "pair" (one language pair per micro-batch, the paper's curriculum) or "multiway" (aligned groups,
             each encoded sentence is a translation source and a distance partner).
+        batch_composition: "length" (rows sorted by length within chunks before packing: least padding) or
+            "random" (packed in shuffled order: in-batch negatives of any length); see ``hf_tlaser.data.batching``.
         max_lines: read only the first lines of every corpus file (None: all); a few-minute run sees less anyway.
         max_sentences: cap on the sentences of a micro-batch (None: the token budget alone; cNV: the paper's 80).
     """
@@ -43,11 +47,14 @@ class Recipe:
     learning_rate: float = 5e-4
     warmup_updates: int = 4000
     warmup_init_lr: float = 1e-7
+    lr_schedule: str = "inverse_sqrt"
+    lr_step_epochs: float = 3.0
     adam_betas: tuple[float, float] = (0.9, 0.98)
     weight_decay: float = 1e-4
     max_grad_norm: float = 0.0
     max_sentence_tokens: int = 250
     batching: str = "pair"
+    batch_composition: str = "length"
     max_lines: int | None = None
     max_sentences: int | None = None
 
@@ -213,16 +220,17 @@ _CONSTRAINED = dict(distance_beta=0.25)
 
 # LDT (Mao et al. 2021, sec. 4.1): batches of 128 pairs (max_sentences; max_tokens = 128 x the longest sentence
 # never binds first), Adam at 1e-3 with betas (0.9, 0.999) and the authors' weight decay 1e-5, dropout 0.1 (config
-# default). The authors warm up with pytorch_warmup's untuned linear warm-up (2 / (1 - beta2) = 2000 updates), then
-# divide the lr by 10 after 3 epochs; the Trainer here decays as 1 / sqrt(update) after the warm-up instead. tiny
-# has cT-LASER tiny's data and token budget (8k BPE, <= 40 tokens, 4000 target tokens per update, one micro-batch,
-# ~180 pairs: the in-batch negatives) on a d=256 encoder, the compute-lite member; small sits between.
+# default). The authors warm up with pytorch_warmup's untuned linear warm-up (2 / (1 - beta2) = 2000 updates), hold
+# the rate and divide it by 10 after 3 epochs: lr_schedule "step" (docs/training.md, "LDT: the learning-rate
+# schedule"). tiny has cT-LASER tiny's data and token budget (8k BPE, <= 40 tokens, 4000 target tokens per update,
+# one micro-batch, ~180 pairs: the in-batch negatives) on a d=256 encoder, the compute-lite member; small sits
+# between.
 _LDT_SIZES = {
     "paper": {},
     "small": dict(hidden_size=384, num_attention_heads=6, intermediate_size=768),
     "tiny": dict(hidden_size=256, num_attention_heads=4, intermediate_size=512),
 }
-_LDT_ADAM = dict(learning_rate=1e-3, adam_betas=(0.9, 0.999), weight_decay=1e-5)
+_LDT_ADAM = dict(learning_rate=1e-3, adam_betas=(0.9, 0.999), weight_decay=1e-5, lr_schedule="step", lr_step_epochs=3.0)
 _LDT_RECIPES = {
     "paper": Recipe(max_tokens=32000, update_tokens=32000, max_sentences=128, warmup_updates=2000, **_LDT_ADAM),
     "small": Recipe(

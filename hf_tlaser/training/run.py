@@ -81,11 +81,16 @@ class RunOptions:
 
 def rank_batching(recipe: Recipe, training_args: TrainingArguments) -> dict:
     """Set the micro-batches per update and process that reach the recipe's ``update_tokens``; return the options
-    every curriculum (sampler or stream) takes: this rank, the world size, the seed and the sentence cap."""
+    every curriculum (sampler or stream) takes: this rank, the world size, the seed, the sentence cap and the batch
+    composition."""
     world = training_args.world_size
     training_args.gradient_accumulation_steps = max(1, round(recipe.update_tokens / (recipe.max_tokens * world)))
     return dict(
-        seed=training_args.seed, max_sentences=recipe.max_sentences, rank=training_args.process_index, world_size=world
+        seed=training_args.seed,
+        max_sentences=recipe.max_sentences,
+        composition=recipe.batch_composition,
+        rank=training_args.process_index,
+        world_size=world,
     )
 
 
@@ -187,6 +192,8 @@ class Run:
             data_collator=collator,
             batch_sampler=sampler,
             warmup_init_lr=self.recipe.warmup_init_lr,
+            lr_schedule=self.recipe.lr_schedule,
+            lr_step_epochs=self.recipe.lr_step_epochs,
             distill_weight=distill_weight,
             encoder_lr=encoder_lr,
             callbacks=callbacks or None,

@@ -14,9 +14,10 @@ from pathlib import Path
 import yaml
 from transformers import PretrainedConfig
 
-from hf_tlaser.data import DEFAULT_PIVOTS, DEFAULT_TRAIN_CORPORA
+from hf_tlaser.data import COMPOSITIONS, DEFAULT_PIVOTS, DEFAULT_TRAIN_CORPORA
 from hf_tlaser.errors import UsageError
 from hf_tlaser.training.presets import WARM_ENCODER_LR, WARM_FREEZE_UPDATES, WARM_RECIPE, Preset, Recipe
+from hf_tlaser.training.trainer import LR_SCHEDULES
 
 RECIPE_FLAGS = (
     "vocab_size",
@@ -25,15 +26,20 @@ RECIPE_FLAGS = (
     "learning_rate",
     "warmup_updates",
     "warmup_init_lr",
+    "lr_schedule",
+    "lr_step_epochs",
     "weight_decay",
     "max_grad_norm",
     "max_sentence_tokens",
     "batching",
+    "batch_composition",
     "max_lines",
     "max_sentences",
 )
 """The ``RunSpec`` fields (and flags) that override the preset's ``Recipe`` when given."""
 BATCHING = ("pair", "multiway")
+CHOICES = {"batching": BATCHING, "lr_schedule": LR_SCHEDULES, "batch_composition": COMPOSITIONS}
+"""The recipe flags that take one of a few words."""
 
 
 @dataclass(kw_only=True)
@@ -92,10 +98,13 @@ class RunSpec:
     learning_rate: float | None = None
     warmup_updates: float | None = None
     warmup_init_lr: float | None = None
+    lr_schedule: str | None = None
+    lr_step_epochs: float | None = None
     weight_decay: float | None = None
     max_grad_norm: float | None = None
     max_sentence_tokens: float | None = None
     batching: str | None = None
+    batch_composition: str | None = None
     max_lines: int | None = None
     max_sentences: int | None = None
 
@@ -136,7 +145,15 @@ class RunSpec:
             "max_sentence_tokens",
             "max_lines",
             "max_sentences",
+            "lr_step_epochs",
         )
+        for name, choices in CHOICES.items():
+            if getattr(recipe, name) not in choices:
+                raise UsageError(f"--{name.replace('_', '-')} {getattr(recipe, name)}: expected one of {choices}")
+        if recipe.lr_schedule == "step" and self.streaming:
+            raise UsageError(
+                "--lr-schedule step counts epochs, which --streaming has not: pass --lr-schedule inverse_sqrt"
+            )
         for name in positive:
             value = getattr(recipe, name)
             if value is not None and value <= 0:

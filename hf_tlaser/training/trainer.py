@@ -51,6 +51,20 @@ def distill_loss(student: torch.Tensor, teacher: torch.Tensor) -> tuple[torch.Te
     return mse, cosine
 
 
+LR_SCHEDULES = ("inverse_sqrt", "step")
+"""``Recipe.lr_schedule`` values: fairseq's ``inverse_sqrt`` decay, or ``step`` (hold the peak, then divide by 10)."""
+
+
+def _warmup(step: int, warmup_updates: int, start: float) -> float:
+    """Linear warm-up factor from ``start`` to 1 over ``warmup_updates`` updates."""
+    return start + (1.0 - start) * step / warmup_updates
+
+
+def _warmup_start(optimizer: torch.optim.Optimizer, warmup_init_lr: float) -> float:
+    """The warm-up's first factor: ``warmup_init_lr`` over the highest peak lr of the parameter groups."""
+    return min(warmup_init_lr / max(group["lr"] for group in optimizer.param_groups), 1.0)
+
+
 def inverse_sqrt_schedule(optimizer: torch.optim.Optimizer, warmup_updates: int, warmup_init_lr: float) -> LambdaLR:
     """fairseq ``inverse_sqrt``: linear warm-up from ``warmup_init_lr`` to the peak lr over ``warmup_updates``, then
     ``lr * sqrt(warmup_updates / update)``.
@@ -58,14 +72,27 @@ def inverse_sqrt_schedule(optimizer: torch.optim.Optimizer, warmup_updates: int,
     ``warmup_updates=0`` means no warm-up: the peak lr at the first update, then ``lr / sqrt(update)`` (fairseq's
     formula with a warm-up of one update; fairseq itself would keep the lr at 0).
     """
-    peak = max(group["lr"] for group in optimizer.param_groups)
-    start = min(warmup_init_lr / peak, 1.0)
+    start = _warmup_start(optimizer, warmup_init_lr)
     decay_from = max(warmup_updates, 1)
 
     def factor(step: int) -> float:
         if step < warmup_updates:
-            return start + (1.0 - start) * step / warmup_updates
+            return _warmup(step, warmup_updates, start)
         return math.sqrt(decay_from / max(step, 1))
+
+    return LambdaLR(optimizer, factor)
+
+
+def step_schedule(
+    optimizer: torch.optim.Optimizer, warmup_updates: int, warmup_init_lr: float, step_at: int, gamma: float = 0.1
+) -> LambdaLR:
+    """LDT's schedule (Mao et al. 2021, sec. 4.1, and the authors' code): linear warm-up from ``warmup_init_lr`` to
+    the peak lr over ``warmup_updates``, the peak held until update ``step_at``, then ``gamma`` x the peak."""
+    start = _warmup_start(optimizer, warmup_init_lr)
+
+    def factor(step: int) -> float:
+        held = _warmup(step, warmup_updates, start) if step < warmup_updates else 1.0
+        return held * (gamma if step >= step_at else 1.0)
 
     return LambdaLR(optimizer, factor)
 
@@ -193,15 +220,22 @@ class LaserTrainer(Trainer):
         *args,
         batch_sampler: Sampler | None,
         warmup_init_lr: float = 1e-7,
+        lr_schedule: str = "inverse_sqrt",
+        lr_step_epochs: float = 3.0,
         distill_weight: float = 1.0,
         encoder_lr: float | None = None,
         **kwargs,
     ):
         super().__init__(*args, **kwargs)
         self.encoder_lr = encoder_lr
+        if lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"lr_schedule={lr_schedule!r}; expected one of {LR_SCHEDULES}")
+        if lr_schedule == "step" and batch_sampler is None:
+            raise ValueError("the step schedule counts epochs: it needs a batch sampler (not a stream)")
         self.batch_sampler = batch_sampler
         self.distill_weight = distill_weight
         self.warmup_init_lr = warmup_init_lr
+        self.lr_schedule, self.lr_step_epochs = lr_schedule, lr_step_epochs
         self._parts = LogParts()
         self._last_log_time = time.monotonic()
 
@@ -261,10 +295,19 @@ class LaserTrainer(Trainer):
         return optimizer
 
     def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None):
-        if self.lr_scheduler is None:
-            self.lr_scheduler = inverse_sqrt_schedule(
-                optimizer or self.optimizer, self.args.warmup_steps, self.warmup_init_lr
+        optimizer = optimizer or self.optimizer
+        if self.lr_scheduler is None and self.lr_schedule == "step":
+            per_epoch = max(len(self.batch_sampler) // self.args.gradient_accumulation_steps, 1)
+            step_at = max(round(self.lr_step_epochs * per_epoch), 1)
+            logger.info(
+                "lr schedule: step, lr / 10 from update %d (%g epochs of %d updates)",
+                step_at,
+                self.lr_step_epochs,
+                per_epoch,
             )
+            self.lr_scheduler = step_schedule(optimizer, self.args.warmup_steps, self.warmup_init_lr, step_at)
+        elif self.lr_scheduler is None:
+            self.lr_scheduler = inverse_sqrt_schedule(optimizer, self.args.warmup_steps, self.warmup_init_lr)
         return self.lr_scheduler
 
     def compute_loss(self, model, inputs, return_outputs: bool = False, num_items_in_batch=None):

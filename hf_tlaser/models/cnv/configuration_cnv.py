@@ -30,8 +30,11 @@ class CNVConfig(PretrainedConfig):
             losses; paper 0.5. 0 gives NV (no distance constraint).
         distance_alpha: the margin alpha of eq. 7; None is the paper's 2 sqrt(d_h).
         num_negatives: N_s, in-batch negatives per pair (eq. 9); paper 20.
-        distance_squared: eq. 8 uses squared Frobenius distances (the text: ``|P(a) - P(b)|^2``); False uses the
-            plain norm.
+        distance_squared: False (default): eq. 7-8 on plain Frobenius norms ``|P(a) - P(b)|``, the reading under
+            which the hinge is scale-free (k and v_norm both grow linearly with ||P||). True: squared norms, as the
+            text writes ``|P(a) - P(b)|^2``; then k grows with ||P||^2 and v_norm with ||P||, so the shared layers
+            can switch the hinge off by inflating ||P|| without aligning anything (docs/training.md, "cNV: plain
+            or squared distances").
         label_smoothing: of the two translation cross entropies (0: plain cross entropy, as the paper).
         shared_dropout: dropout on the GRU states before the summary (the paper gives none).
         freeze_nmt: keep the NMT parameters fixed (the paper); False fine-tunes them too.
@@ -52,7 +55,7 @@ class CNVConfig(PretrainedConfig):
         distance_beta: float = 0.5,
         distance_alpha: float | None = None,
         num_negatives: int = 20,
-        distance_squared: bool = True,
+        distance_squared: bool = False,
         label_smoothing: float = 0.0,
         shared_dropout: float = 0.0,
         freeze_nmt: bool = True,

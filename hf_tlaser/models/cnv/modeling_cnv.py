@@ -58,8 +58,8 @@ class CNVDistanceOutput:
 
     Attributes:
         total: sum over pairs i and negatives j of l_dj (eq. 7), i.e. eq. 9's distance term before beta.
-        d_p: squared Frobenius distance of each pair, ``|P(a) - P(b)|^2`` [B].
-        d_n: squared Frobenius distance to each negative, ``|P(a) - P(b_j)|^2`` [N_s, B].
+        d_p: Frobenius distance of each pair, ``|P(a) - P(b)|`` (squared with ``squared``) [B].
+        d_n: Frobenius distance to each negative, ``|P(a) - P(b_j)|`` (squared with ``squared``) [N_s, B].
         hinge: l_dj for each negative [N_s, B].
         v_norm: average Frobenius norm of the 2B context matrices of the batch.
     """
@@ -72,14 +72,15 @@ class CNVDistanceOutput:
 
 
 def cnv_distance_loss(
-    p_a: torch.Tensor, p_b: torch.Tensor, negatives: torch.LongTensor, alpha: float, squared: bool = True
+    p_a: torch.Tensor, p_b: torch.Tensor, negatives: torch.LongTensor, alpha: float, squared: bool = False
 ) -> CNVDistanceOutput:
     """The distance cost of eq. 7-9 between context matrices ``p_a[i]`` and ``p_b[i]`` of translation pairs.
 
     Args:
         p_a, p_b: [B, r, d_h] (or [B, D]) context matrices P(a), P(b); row i of each is a translation pair.
         negatives: LongTensor[N_s, B], rows of ``p_b`` that are the negatives b_j of ``p_a[i]``.
-        alpha: the margin. squared: squared Frobenius distances (the paper's text); False: plain norms.
+        alpha: the margin. squared: squared Frobenius distances (the paper's text, whose hinge ||P|| can switch off
+            by growing); False (default): plain norms (scale-free: ``CNVConfig.distance_squared``).
     """
     if p_a.shape != p_b.shape:
         raise ValueError(f"p_a {tuple(p_a.shape)} and p_b {tuple(p_b.shape)} must have one shape")

@@ -47,6 +47,12 @@ class Yu2018Config(PretrainedConfig):
             without the similarity loss, a 32-dim model's L_sim grew from 0.0006 to 0.11 in 60 updates, where
             alpha = 60 is comparable again; alpha = 0, 60, 2000 and 20000 ended at the same translation loss there,
             10.44-10.49: the presets keep 60.) 0 disables the similarity loss (the paper's "without" setting).
+        similarity_dropout (`bool`, False): whether L_sim sees dropout. False (default): L_sim is computed on the
+            vectors of a second, dropout-free encoder pass of the batch (when training with dropout > 0), so that
+            identical sentences have L_sim = 0; the translation losses still read the dropped-out vectors. True: on
+            the training pass's vectors, whose two sides get independent dropout masks: a floor of a few % of
+            ||h||^2 even for identical sentences (4.8 % measured), which alpha = 60 turns into a pull towards small,
+            collapsed vectors (docs/training.md, "Yu 2018: the dropout floor of L_sim").
         encoder_l2_weight (`float`, 0.0): weight of the paper's alternative regulariser, an L2 penalty on the
             encoder weights (sec. 2.2, Table 2 "with encoder weight regularization"): the sum of squares of the
             encoder's LSTM and self-attention weight matrices (not the word embeddings nor biases), added once per
@@ -74,6 +80,7 @@ class Yu2018Config(PretrainedConfig):
         languages: list[str] | tuple[str, ...] = ("de", "en", "es", "fr", "it"),
         label_smoothing: float = 0.0,
         similarity_weight: float = 60.0,
+        similarity_dropout: bool = False,
         encoder_l2_weight: float = 0.0,
         pad_token_id: int = 0,
         unk_token_id: int = 1,
@@ -96,6 +103,7 @@ class Yu2018Config(PretrainedConfig):
         self.languages = list(languages)
         self.label_smoothing = label_smoothing
         self.similarity_weight = similarity_weight
+        self.similarity_dropout = similarity_dropout
         self.encoder_l2_weight = encoder_l2_weight
         self.unk_token_id = unk_token_id
         self.cls_token_id = cls_token_id

@@ -107,6 +107,7 @@ class Yu2018Model(SentenceEncoderMixin, Yu2018PreTrainedModel):
         output_hidden_states: bool | None = None,
         pooled_only: bool = False,
         return_dict: bool | None = None,
+        apply_dropout: bool = True,
         **kwargs,
     ) -> BaseModelOutputWithPooling | tuple:
         """Encode right-padded ``STR_TAG text </s>`` sequences.
@@ -116,6 +117,7 @@ class Yu2018Model(SentenceEncoderMixin, Yu2018PreTrainedModel):
                 right padding (the sequences are packed, so padding never enters the LSTMs).
             output_hidden_states: also return (embeddings, BiLSTM outputs, top states).
             pooled_only: accepted for interface compatibility with T-LASER; no effect.
+            apply_dropout: False skips every dropout of the encoder even in train mode (the vectors of L_sim).
 
         Returns:
             ``last_hidden_state`` [B, S, hidden_size], the top encoder states with zeros at padding (so that
@@ -126,12 +128,13 @@ class Yu2018Model(SentenceEncoderMixin, Yu2018PreTrainedModel):
         seq_len = input_ids.shape[1]
         mask, lengths = right_padded_lengths(input_ids, attention_mask, self.config, "Yu2018Model")
 
-        embedded = self.dropout(self.embed_tokens(input_ids))
+        drop = self.dropout if apply_dropout else nn.Identity()
+        embedded = drop(self.embed_tokens(input_ids))
         packed = pack_padded_sequence(embedded, lengths.cpu(), batch_first=True, enforce_sorted=False)
         first, _ = run_rnn(self.bilstm, packed)
-        top, _ = run_rnn(self.lstm, first._replace(data=self.dropout(first.data)))
+        top, _ = run_rnn(self.lstm, first._replace(data=drop(first.data)))
         hidden, _ = pad_packed_sequence(top, batch_first=True, total_length=seq_len)  # zeros at padding
-        hidden = self.dropout(hidden)
+        hidden = drop(hidden)
         if self.config.pooling == "mean":  # sec. 2.2: element-wise mean of the encoder states
             pooled = hidden.sum(1) / lengths[:, None].to(hidden.dtype)
         elif self.config.pooling == "max":
@@ -208,7 +211,8 @@ class Yu2018TranslationOutput(TranslationOutput):
     cross entropy, summed over their target tokens) plus
 
     Attributes:
-        loss_sim: similarity loss ||h(s) - h(t)||^2 (sec. 2.2), mean over the pairs of the batch (before alpha).
+        loss_sim: similarity loss ||h(s) - h(t)||^2 (sec. 2.2), mean over the pairs of the batch (before alpha); on
+            dropout-free vectors unless ``config.similarity_dropout``.
         loss_encoder_l2: the encoder weight penalty (before its weight); None when ``encoder_l2_weight`` is 0.
     """
 
@@ -351,7 +355,10 @@ class Yu2018ForTranslation(TranslationMixin, Yu2018PreTrainedModel):
             reverse = input_ids[:num_src, 1:].masked_fill(~attention_mask[:num_src, 1:].bool(), -100)
             reverse_logits = self.decode_logits(self.shift_right(reverse), tgt_vectors, src_lang)
             loss_mt = loss_mt + self._cross_entropy(reverse_logits, reverse)  # + L_NMT(t->s)
-            sim = (src_vectors.float() - tgt_vectors.float()).pow(2).sum(-1)  # L_sim = ||h(s) - h(t)||^2, sec. 2.2
+            if self.training and cfg.dropout > 0 and not cfg.similarity_dropout:  # L_sim without the dropout floor
+                vectors = self.encoder(input_ids=input_ids, attention_mask=attention_mask, apply_dropout=False)
+                vectors = vectors.pooler_output
+            sim = (vectors[:num_src].float() - vectors[num_src:].float()).pow(2).sum(-1)  # L_sim, sec. 2.2
             out.loss_sim = sim.mean()
             if cfg.similarity_weight > 0:  # each pair's alpha * L_sim weighted by its target tokens, as its L_NMT
                 total = total + cfg.similarity_weight * (sim * labels.ne(-100).sum(1)).sum()

@@ -103,8 +103,7 @@ def model_languages_for(preset: Preset, pairs: list[Pair], overrides: dict) -> l
 def resumed_languages(checkpoint: Path, needed: list[str]) -> list[str] | None:
     """The checkpoint's ``config.languages`` when it holds every language the curriculum needs (a run saved before
     the table followed the pivots keeps its table), else None."""
-    path = checkpoint / "config.json"
-    saved = json.loads(path.read_text(encoding="utf-8")).get("languages") if path.is_file() else None
+    saved = resumed_value(checkpoint, "languages")
     return list(saved) if saved and set(needed) <= set(saved) else None
 
 
@@ -231,8 +230,9 @@ def check_decoder_vocab(spec: RunSpec, preset: Preset) -> str:
 
 
 def resumed_value(checkpoint: Path, key: str):
-    """A value of the checkpoint's ``config.json``."""
-    return json.loads((checkpoint / "config.json").read_text(encoding="utf-8")).get(key)
+    """A value of the checkpoint's ``config.json`` (None without the file or the key)."""
+    path = checkpoint / "config.json"
+    return json.loads(path.read_text(encoding="utf-8")).get(key) if path.is_file() else None
 
 
 def train_joint(spec: RunSpec) -> LaserTrainer:
@@ -262,6 +262,7 @@ def train_joint(spec: RunSpec) -> LaserTrainer:
     else:
         dataset, sampler = plan_corpus(plan, tokenizer, recipe, run.training_args, spec.data_dir)
         groups = f"{len(dataset)} groups"
+    vocabulary = None  # a resumed run's restricted vocabulary comes with its checkpoint
     if checked.decoder_vocab == "targets" and checkpoint is None:
         targets = sorted({b for _, b in plan.pairs})
         vocabulary = target_vocabulary(tokenizer, (t for lang in targets for t in dataset.dataset[lang] if t))
@@ -270,7 +271,7 @@ def train_joint(spec: RunSpec) -> LaserTrainer:
             "decoder vocabulary: the %d pieces of the %s targets (of %d)", len(vocabulary), targets, len(tokenizer)
         )
     model = preset.model_class(config)
-    if checked.decoder_vocab == "targets" and checkpoint is None:
+    if vocabulary is not None:
         model.decoder_vocab_ids.copy_(vocabulary)
     if checked.backbone is not None:
         if checkpoint is None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from tokenizers import processors
+from tokenizers import Tokenizer, processors
 from transformers import AutoConfig, AutoModel, AutoTokenizer, PretrainedConfig, PreTrainedTokenizerFast
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
@@ -115,7 +115,7 @@ def with_prompt(tokenizer: PreTrainedTokenizerFast, prompt: str | None) -> PreTr
     """A copy of ``tokenizer`` whose template reads ``cls [prompt pieces] text eos`` for one text (and ``... eos eos
     ...`` for a pair): every user of the saved tokenizer (the training collator, ``encode``, sentence-transformers,
     ``pipeline``) then prepends the prompt. Decoder targets (``add_special_tokens=False``) get none."""
-    backend = tokenizer.backend_tokenizer
+    backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())  # a copy: ``tokenizer`` stays as it was
     cls, eos = tokenizer.cls_token, tokenizer.eos_token
     special = [(token, tokenizer.convert_tokens_to_ids(token)) for token in (cls, eos)]
     front = [cls]

@@ -736,9 +736,9 @@ class TranslationMixin(GenerationMixin):
         table = getattr(self, "decoder_vocab_ids", None)
         if table is None:
             return ids
-        rows = torch.full((self.config.vocab_size,), self.config.unk_token_id, dtype=torch.long, device=ids.device)
-        rows[table] = torch.arange(len(table), device=ids.device)
-        return torch.where(ids.eq(-100), ids, rows[ids.clamp(min=0)])
+        rows = torch.searchsorted(table, ids.clamp(min=0)).clamp(max=len(table) - 1)  # the table is sorted
+        rows = torch.where(table[rows].eq(ids), rows, self.config.unk_token_id)  # special ids keep their rows
+        return torch.where(ids.eq(-100), ids, rows)
 
     def from_decoder_vocab(self, rows: torch.LongTensor) -> torch.LongTensor:
         """Rows of a restricted decoder vocabulary -> tokenizer ids (``decoder_vocab_ids``); unchanged without."""

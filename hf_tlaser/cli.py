@@ -17,6 +17,14 @@ COMMANDS = {
         "compute a teacher's vectors of a corpus once, into the teacher cache (and a vectors: file)",
     ),
     "push": ("hf_tlaser.hub.cli:main", "publish a trained model folder on the Hugging Face Hub"),
+    "embed": (
+        "hf_tlaser.inference.embed:main",
+        "embed every line of a text file into a memory-mappable .npy (streamed, resumable, sharded)",
+    ),
+    "mine": (
+        "hf_tlaser.inference.mine:main",
+        "mine parallel sentences from two text files with LASER's margin (TSV + score histogram)",
+    ),
     "env": ("hf_tlaser.cli:env_main", "print versions, device, CPU, bf16 support and threads (for bug reports)"),
 }
 

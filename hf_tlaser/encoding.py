@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from hf_tlaser.hardware import default_device, resolve_precision
+from hf_tlaser.models.common.sentence_embedding import repeated_prompt_message
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +70,17 @@ def check_language(model: torch.nn.Module, lang: str | None) -> None:
         )
 
 
+def warn_passed_prompt(encoder: torch.nn.Module, texts: list[str]) -> None:
+    """Warn once per model (``encoder.prompt_warned``, which its forward's check shares) when a text starts with the
+    prompt that the model's tokenizer already adds (``config.prompt``, e.g. e5's ``"query: "``)."""
+    prompt = getattr(getattr(encoder, "config", None), "prompt", None)
+    if not prompt or getattr(encoder, "prompt_warned", False):
+        return
+    if any(text.lstrip().startswith(prompt.strip()) for text in texts):
+        encoder.prompt_warned = True
+        logger.warning(repeated_prompt_message(prompt))
+
+
 def encode(
     model: torch.nn.Module,
     tokenizer,
@@ -108,6 +120,9 @@ def encode(
     Documents (``documents=True``): ``document_mode="whole"`` embeds each document as one sequence, as the
     paper does, truncated to its first ``max_words`` words (750 by default; a warning counts the truncated ones);
     ``document_mode="sentences"`` is LASER's way: split into sentences and average their vectors.
+
+    A model whose tokenizer adds a prompt (``config.prompt``: a warm start from e5 adds ``"query: "``) warns once
+    when texts start with it: the prompt is built in and must not be passed again.
     """
     if documents and document_mode not in DOCUMENT_MODES:
         raise ValueError(f"document_mode={document_mode!r}; expected one of {DOCUMENT_MODES}")
@@ -131,6 +146,7 @@ def encode(
         options["lang"] = lang
     single = isinstance(texts, str)
     texts = [texts] if single else list(texts)
+    warn_passed_prompt(encoder, texts)
     if documents and document_mode == "whole" and max_words is not None:
         texts, cut = truncate_words(texts, max_words)
         if cut:

@@ -27,7 +27,8 @@ def test_unknown_command(capsys):
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.strip().splitlines() == [
-        "hf-tlaser: unknown command 'trian'; choose from train-tokenizer, train, evaluate, teacher-vectors, push, env"
+        "hf-tlaser: unknown command 'trian'; choose from train-tokenizer, train, evaluate, teacher-vectors, push, "
+        "embed, mine, env"
     ]
 
 

@@ -273,7 +273,10 @@ def test_existing_nmt_pair_trains_stage_2_only(tmp_path, nmt_pair, monkeypatch, 
         (["--nmt-steps", "0"], "--nmt-steps 0: must be at least 1"),
         (["--set", "nmt.no_such_key=1"], "unknown --set key 'no_such_key'"),
         (["--set", "languages=[en,fr]"], "set by --pairs and the NMT pair"),
-        (["--batching", "multiway"], "--model cnv trains on pair batches"),
+        (
+            ["--batching", "multiway"],
+            "--batching multiway is an option of --model tlaser, ctlaser, laser1, laser6, claser6, not of --model cnv",
+        ),
     ],
 )
 def test_cnv_usage_errors_exit_2_before_any_data(tmp_path, capsys, marian_tokenizer, extra, message):

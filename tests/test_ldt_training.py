@@ -91,7 +91,10 @@ def test_evaluate_and_model_card_on_the_trained_folder(ldt_run, data_dir, monkey
     [
         (["--set=generative_task=mass"], "generative_task='mass'"),
         (["--set=contrastive=1"], "unknown --set key 'contrastive'"),
-        (["--batching", "multiway"], "--model ldt trains on bilingual batches only"),
+        (
+            ["--batching", "multiway"],
+            "--batching multiway is an option of --model tlaser, ctlaser, laser1, laser6, claser6, not of --model ldt",
+        ),
     ],
 )
 def test_usage_errors_end_in_one_line(extra, expected, tmp_path, tokenizer_dir, capsys):

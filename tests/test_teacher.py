@@ -21,7 +21,9 @@ from hf_tlaser.cli import main as hf_tlaser_main
 from hf_tlaser.errors import UsageError
 from hf_tlaser.evaluation.encoder import load_encoder
 from hf_tlaser.teachers import (
+    ENV_VAR,
     EVAL_PROMPTS,
+    TRAIN_PROMPTS,
     TeacherCache,
     folder_fingerprint,
     load_teacher,
@@ -32,6 +34,12 @@ from hf_tlaser.teachers import cache as cache_module
 from hf_tlaser.teachers import cli as teachers_cli
 
 PROMPTS = {"query": "query: ", "passage": "passage: "}
+
+
+@pytest.fixture(autouse=True)
+def cache_env(tmp_path, monkeypatch):
+    """The default cache root (and its file-digest memo) in the test's folder, never the user's."""
+    monkeypatch.setenv(ENV_VAR, str(tmp_path / "default-cache"))
 
 
 def make_st_model(folder, tokenizer, hidden_size=16, seed=0, languages=("de", "en")):
@@ -81,14 +89,15 @@ def texts(newstest_lines) -> list[str]:
 def test_sentence_transformers_teacher_uses_its_prompt(st_folder, texts):
     teacher = load_teacher(str(st_folder), device="cpu", precision="fp32")
     assert (teacher.kind, teacher.dim, teacher.languages) == ("sentence-transformers", 16, ["de", "en"])
-    assert (teacher.prompt_name, teacher.prompt) == ("passage", "passage: ")  # e5's prompt for texts to distill
+    assert (teacher.prompt_name, teacher.prompt) == ("query", "query: ")  # e5's for symmetric tasks, as evaluation's
     model = SentenceTransformer(str(st_folder), device="cpu")
     got = teacher.encode(texts[:4])
     assert got.dtype == np.float32 and got.shape == (4, 16)
-    np.testing.assert_allclose(got, model.encode(texts[:4], prompt="passage: "), atol=1e-5)
+    np.testing.assert_allclose(got, model.encode(texts[:4], prompt="query: "), atol=1e-5)
     assert not np.allclose(got, model.encode(texts[:4]), atol=1e-3)  # the prompt changes the vectors
-    query = load_teacher(str(st_folder), prefer=EVAL_PROMPTS, device="cpu")
-    assert query.prompt == "query: " and load_teacher(str(st_folder), prompt_name="none").prompt is None
+    assert TRAIN_PROMPTS == EVAL_PROMPTS  # distilled in the space it is judged in (docs/training.md)
+    passage = load_teacher(str(st_folder), prompt_name="passage", device="cpu")
+    assert passage.prompt == "passage: " and load_teacher(str(st_folder), prompt_name="none").prompt is None
     with pytest.raises(UsageError, match=r"--teacher .*no prompt named 'title'; its prompts: query \('query: '\)"):
         load_teacher(str(st_folder), prompt_name="title")
     assert teacher.encode([]).shape == (0, 16)
@@ -96,14 +105,14 @@ def test_sentence_transformers_teacher_uses_its_prompt(st_folder, texts):
 
 def test_fingerprint_follows_content_not_path(st_folder, tmp_path, tokenizer):
     fingerprint = folder_fingerprint(st_folder)
-    assert len(fingerprint) == 40 and fingerprint == load_teacher(str(st_folder)).fingerprint
+    assert len(fingerprint) == 64 and fingerprint == load_teacher(str(st_folder)).fingerprint
     copy = shutil.copytree(st_folder, tmp_path / "copy")
     (copy / "README.md").write_text("another card")
     assert folder_fingerprint(copy) == fingerprint  # a copy elsewhere (other dates, other card) is the same teacher
     retrained = make_st_model(tmp_path / "retrained", tokenizer, seed=1)
     assert folder_fingerprint(retrained) != fingerprint
     prompts = json.loads((copy / "config_sentence_transformers.json").read_text())
-    prompts["prompts"]["passage"] = "passage : "
+    prompts["prompts"]["query"] = "query : "
     (copy / "config_sentence_transformers.json").write_text(json.dumps(prompts))
     assert folder_fingerprint(copy) != fingerprint
 
@@ -126,7 +135,7 @@ def test_vectors_teacher_checks_its_corpus(st_folder, tmp_path, texts):
         "vectors",
         16,
         teacher.fingerprint,
-        "passage: ",
+        "query: ",
     )
     np.testing.assert_array_equal(loaded.encode(texts[::-1][:5]), vectors[::-1][:5])  # looked up by text
     with pytest.raises(UsageError, match=r"--teacher vectors:.* holds 12 rows but the corpus gives 11 texts"):
@@ -243,7 +252,7 @@ def test_teacher_vectors_command_fills_cache_and_writes_vectors(st_folder, tmp_p
     corpus_texts = teacher_texts(corpus, languages=["en"], limit=20)
     assert corpus_texts == list(dict.fromkeys(newstest_lines["en"][:30]))[:20]
     vectors = load_teacher(f"vectors:{tmp_path / 'out' / 'v.npy'}", texts=corpus_texts)
-    assert vectors.prompt == "passage: " and vectors.meta["corpora"] == [corpus]
+    assert vectors.prompt == "query: " and vectors.meta["corpora"] == [corpus]
     expected = load_teacher(str(st_folder), device="cpu").encode(corpus_texts)
     np.testing.assert_allclose(vectors.encode(corpus_texts), expected, atol=2e-3)
     assert hf_tlaser_main(argv) == 0

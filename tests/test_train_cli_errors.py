@@ -1,8 +1,10 @@
 """``hf-tlaser train`` on user mistakes: one clear stderr line and exit code 2, cheap checks before any data is read;
-the output-dir guard, ``--overwrite``, resume compatibility, ``--set`` keys, special-token ids, precision, help."""
+the output-dir guard, ``--overwrite``, resume compatibility, ``--set`` keys, special-token ids, precision, help; the
+compact progress line and the run's full log file."""
 
 from __future__ import annotations
 
+import ast
 import json
 import logging
 import shutil
@@ -15,7 +17,7 @@ import pytest
 from hf_tlaser import save_tokenizer
 from hf_tlaser.training.cli import build_parser, main, parse_args
 from hf_tlaser.training.spec import RunSpec
-from hf_tlaser.training.trainer import TimeBudgetCallback
+from hf_tlaser.training.trainer import LogParts, TimeBudgetCallback
 
 TINY = ["hidden_size=32", "num_hidden_layers=1", "num_attention_heads=4", "intermediate_size=64"]
 TINY += ["decoder_attention_heads=4", "decoder_ffn_dim=64"]
@@ -312,3 +314,25 @@ def test_time_budget_says_where_it_stopped(caplog):
         control = callback.on_step_end(None, state, TrainerControl())
     assert control.should_training_stop and control.should_save
     assert "stopped by --max-minutes after 3 of 10 updates" in caplog.text
+
+
+def test_the_bar_shows_a_compact_line_and_the_log_file_the_full_record(tmp_path, capsys, tokenizer_dir):
+    """Each training log beside the bar: the short names, 4 significant digits; ``train_log.jsonl``: every record of
+    ``trainer_state.json``'s log history, in full; a resumed run's file continues from its checkpoint's records."""
+    out = tmp_path / "run"
+    for extra, logged in (([], 2), (["--resume", str(out / "checkpoint-1")], 1)):
+        assert main(run_args(out, "--max-steps", "2", "--save-steps", "1", *extra, tokenizer_dir=tokenizer_dir)) == 0
+        printed = capsys.readouterr()
+        lines = (printed.out + printed.err).splitlines()
+        shown = [ast.literal_eval(line) for line in lines if line.startswith("{'loss'")]
+        assert len(shown) == logged  # --logging-steps 1
+        for line in shown:
+            assert {"loss", "mt", "dist", "align", "cos", "ccos", "tok/s", "lr"} <= set(line)
+            assert set(line) <= set(LogParts.SHORT_NAMES.values()) | {"epoch"}
+            assert all(len(f"{float(value):.4g}") == len(str(value)) for value in line.values())  # 4 digits, no more
+        records = [json.loads(line) for line in (out / LogParts.FILE).read_text().splitlines()]
+        assert records == json.loads((out / "trainer_state.json").read_text())["log_history"]
+        assert [record.get("step") for record in records] == [1, 2, 2]  # two updates and the summary
+        full = {"loss_mt_per_token", "loss_distance_per_token", "d_p", "v_norm", "mean_cosine", "centered_cosine"}
+        full |= {"tokens_per_second", "pairs", "grad_norm", "learning_rate", "epoch", "step"}
+        assert full <= set(records[0])

@@ -17,6 +17,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
 from transformers import AutoModel, PreTrainedTokenizerFast, XLMRobertaConfig, XLMRobertaModel
 
 from hf_tlaser.hub.model_card import render_model_card
+from hf_tlaser.losses import sample_negatives
 from hf_tlaser.models.ldt import LDTConfig, LDTForAlignment
 from hf_tlaser.models.tlaser import TLaserConfig, TLaserForTranslation
 from hf_tlaser.training.cli import main
@@ -115,27 +116,64 @@ def test_prompt_is_in_the_saved_tokenizer_and_not_in_the_targets(st_dir, backbon
 
 
 def test_loss_with_a_backbone_equals_the_hand_computation(backbone_dir):
+    """cT-LASER's loss, eq. (7)-(10) with the alignment term: 0.5 l_mt + beta sum_i d_p(i) + lambda / N_s sum hinge,
+    plus weight x the pairs' mean InfoNCE x the target tokens, all over the target tokens."""
+    beta, alpha, negatives, align_weight, scale = 0.25, 0.02, 4, 0.5, 20.0  # alpha: some hinges active, some not
     backbone = check_backbone(str(backbone_dir), "tlaser", None)
     torch.manual_seed(1)
-    model = TLaserForTranslation(warm_config(backbone, pooling="mean", label_smoothing=0.0)).eval()
+    config = warm_config(
+        backbone, pooling="mean", label_smoothing=0.0, distance_beta=beta, distance_alpha=alpha,
+        distance_negatives=negatives, align_loss_weight=align_weight, align_scale=scale,
+    )  # fmt: skip
+    model = TLaserForTranslation(config).eval()
     backbone.load_into(model.encoder)
     batch = toy_batch(backbone.tokenizer)
+    targets = backbone.tokenizer(TEXTS[1:4], padding=True, return_tensors="pt")
+    batch.update(tgt_input_ids=targets.input_ids, tgt_attention_mask=targets.attention_mask)
+    torch.manual_seed(5)
     loss = model(**batch).loss
+    torch.manual_seed(5)  # the forward's two draws of in-batch negatives, a -> b then b -> a
+    neg_ab, neg_ba = sample_negatives(3, negatives), sample_negatives(3, negatives)
+
     pretrained = AutoModel.from_pretrained(backbone_dir).eval()
-    hidden = pretrained(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
-    mask = batch["attention_mask"][..., None].float()
-    vectors = (hidden * mask).sum(1) / mask.sum(1)  # mean pooling
-    start = torch.full((3, 1), model.config.decoder_start_token_id)
-    decoder_input = torch.cat([start, batch["labels"][:, :-1]], dim=1)
-    decoder_input = decoder_input.masked_fill(decoder_input.eq(-100), model.config.pad_token_id)
-    logits, _ = model.decoder_step(decoder_input, vectors, batch["tgt_lang"])
-    expected = F.cross_entropy(logits.flatten(0, 1), batch["labels"].flatten(), ignore_index=-100, reduction="sum")
-    assert torch.allclose(loss, expected / batch["labels"].ne(-100).sum(), atol=1e-5)
+
+    def mean_vectors(ids, mask):
+        hidden = pretrained(input_ids=ids, attention_mask=mask).last_hidden_state
+        return (hidden * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
+
+    with torch.no_grad():
+        p_a = mean_vectors(batch["input_ids"], batch["attention_mask"])
+        p_b = mean_vectors(targets.input_ids, targets.attention_mask)
+        start = torch.full((3, 1), model.config.decoder_start_token_id)
+        decoder_input = torch.cat([start, batch["labels"][:, :-1]], dim=1)
+        decoder_input = decoder_input.masked_fill(decoder_input.eq(-100), model.config.pad_token_id)
+        logits, _ = model.decoder_step(decoder_input, p_a, batch["tgt_lang"])
+    l_mt = F.cross_entropy(logits.flatten(0, 1), batch["labels"].flatten(), ignore_index=-100, reduction="sum")
+    tokens = batch["labels"].ne(-100).sum()
+    v_norm = (p_a.mean(0).norm() + p_b.mean(0).norm()) / 2  # eq. (7)-(8): distances over the mean vectors' norm
+
+    def d(x, y):
+        return (x - y).norm() / (v_norm + 1e-6)
+
+    d_p = [d(p_a[i], p_b[i]) for i in range(3)]
+    hinge_ab = sum(F.relu(alpha - (d(p_a[i], p_b[neg_ab[k, i]]) - d_p[i])) for k in range(negatives) for i in range(3))
+    hinge_ba = sum(F.relu(alpha - (d(p_b[i], p_a[neg_ba[k, i]]) - d_p[i])) for k in range(negatives) for i in range(3))
+    hinge = hinge_ab + hinge_ba  # eq. (9), both directions
+    distance = beta * sum(d_p) + beta / 2 / negatives * hinge  # eq. (10), lambda = beta / 2
+    cosines = scale * F.normalize(p_a, dim=-1) @ F.normalize(p_b, dim=-1).T
+    align = F.cross_entropy(cosines, torch.arange(3)) + F.cross_entropy(cosines.T, torch.arange(3))
+    expected = (0.5 * l_mt + distance + align_weight * align * tokens) / tokens
+    # every term weighs in the comparison: both hinge directions, some of their terms active and some not
+    active = [alpha - (d(p_a[i], p_b[neg_ab[k, i]]) - d_p[i]) > 0 for k in range(negatives) for i in range(3)]
+    assert min(hinge_ab, hinge_ba, abs(hinge_ab - hinge_ba), align) > 0.01 and any(active) and not all(active)
+    assert torch.allclose(loss, expected, rtol=1e-5, atol=1e-5)
 
 
-def test_no_gradient_reaches_a_frozen_encoder(backbone_dir):
+@pytest.mark.parametrize("tie", [False, True])
+def test_no_gradient_reaches_a_frozen_encoder(backbone_dir, tie):
     backbone = check_backbone(str(backbone_dir), "ctlaser", None)
-    model = TLaserForTranslation(warm_config(backbone, distance_beta=0.25, align_loss_weight=1.0))
+    config = warm_config(backbone, distance_beta=0.25, align_loss_weight=1.0, tie_decoder_to_encoder=tie)
+    model = TLaserForTranslation(config)
     batch = toy_batch(backbone.tokenizer)
     batch["tgt_input_ids"], batch["tgt_attention_mask"] = batch["input_ids"].flip(0), batch["attention_mask"].flip(0)
     callback = FreezeEncoderCallback(2)
@@ -144,9 +182,15 @@ def test_no_gradient_reaches_a_frozen_encoder(backbone_dir):
         state = type("State", (), {"global_step": step})()
         callback.on_step_begin(None, state, None, model=model)
         model(**batch).loss.backward()
-        encoder_grads = [p.grad for p in model.encoder.parameters()]
-        assert all(g is None for g in encoder_grads) == frozen
-        assert model.lm_head.weight.grad is not None
+        grads = {name: p.grad for name, p in model.encoder.named_parameters()}
+        if frozen:  # tied: the decoder's token table is the backbone's, frozen with it
+            assert [name for name, grad in grads.items() if grad is not None] == []
+        else:
+            assert [name for name, grad in grads.items() if grad is None or not grad.any()] == []
+        assert model.decoder.layers[0].ffn.fc1.weight.grad is not None
+    callback.freeze(model, True)
+    callback.on_train_end(None, None, None, model=model)
+    assert not model.encoder.frozen and all(p.requires_grad for p in model.parameters())
 
 
 @pytest.mark.parametrize("tie", [False, True])
@@ -173,14 +217,39 @@ def test_restricted_decoder_vocabulary_maps_labels_and_generations(backbone_dir,
     assert set(generated.flatten().tolist()) <= set(vocabulary.tolist())
 
 
-def test_sampled_softmax_scores_the_batch_pieces_in_training_only(backbone_dir):
+@pytest.mark.parametrize("restricted", [False, True])
+def test_sampled_softmax_keeps_each_label_score_and_equals_the_full_softmax_when_it_covers_it(backbone_dir, restricted):
     backbone = check_backbone(str(backbone_dir), "ctlaser", None)
-    model = TLaserForTranslation(warm_config(backbone, sampled_softmax=7))
-    batch = toy_batch(backbone.tokenizer)
-    out = model(**batch)
-    pieces = batch["labels"][batch["labels"].ne(-100)].unique()
-    assert len(pieces) <= out.logits.shape[-1] <= len(pieces) + 7 and torch.isfinite(out.loss)
-    assert model.eval()(**batch).logits.shape[-1] == model.config.vocab_size
+    tok = backbone.tokenizer
+    vocabulary = target_vocabulary(tok, TEXTS)
+    torch.manual_seed(0)
+    size = dict(decoder_vocab_size=len(vocabulary)) if restricted else {}
+    draws = 2 if restricted else 7  # the batch's labels use 29 of the 34 restricted rows
+    model = TLaserForTranslation(warm_config(backbone, sampled_softmax=draws, **size)).train()
+    if restricted:
+        model.decoder_vocab_ids.copy_(vocabulary)
+    batch = toy_batch(tok)
+    with torch.no_grad():
+        vectors = model.encode_sentences(batch["input_ids"], batch["attention_mask"])
+        labels = model.to_decoder_vocab(batch["labels"])
+        decoder_input = model.shift_right(labels)
+        full = model.decode_logits(decoder_input, vectors, batch["tgt_lang"])
+        sampled, renumbered = model.training_logits(decoder_input, vectors, batch["tgt_lang"], labels)
+    kept = labels.ne(-100)
+    assert full.shape[-1] == (len(vocabulary) if restricted else len(tok))
+    assert len(labels[kept].unique()) <= sampled.shape[-1] <= len(labels[kept].unique()) + draws < full.shape[-1]
+    assert torch.equal(renumbered.eq(-100), ~kept)
+    own = sampled.gather(-1, renumbered.clamp(min=0)[..., None])[kept]  # each label's score, by value
+    assert torch.equal(own, full.gather(-1, labels.clamp(min=0)[..., None])[kept])
+    for column in sampled.flatten(0, 1).T:  # every scored row is a row of the full softmax
+        assert (full.flatten(0, 1) == column[:, None]).all(0).any()
+
+    inputs = dict(sentence_embeddings=vectors, labels=batch["labels"], tgt_lang=batch["tgt_lang"])
+    model.config.sampled_softmax = 100 * full.shape[-1]  # draws that miss a row: probability < 1e-40
+    covered = model(**inputs)
+    model.config.sampled_softmax = 0
+    assert covered.logits.shape == full.shape and torch.allclose(covered.loss, model(**inputs).loss, rtol=1e-6)
+    assert model.eval()(**batch).logits.shape[-1] == full.shape[-1]
 
 
 def test_ldt_on_a_backbone_ties_its_generative_output_to_the_backbone(backbone_dir):
@@ -323,19 +392,28 @@ def test_push_publishes_a_warm_start_folder(warm_run, tmp_path, monkeypatch):
         (None, [], "no such folder"),
         ("gpt2", [], "decoder-only language model (gpt2)"),
         ("t5", [], "sequence-to-sequence model (t5)"),
+        ("bert-decoder", [], "configured as a decoder (is_decoder=True)"),
+        ("roberta-causal", [], "configured as a decoder (architecture RobertaForCausalLM)"),
         ("st", ["--tokenizer", "x"], "drop --tokenizer x"),
-        ("st", ["--model", "laser6"], "BiLSTM over its own embeddings"),
+        ("st", ["--model", "laser6"], "--init-from is an option of --model tlaser, ctlaser, ldt"),
     ],
 )
 def test_bad_init_from(tmp_path, capsys, st_dir, make, extra, expected):
-    from transformers import GPT2Config, T5Config
+    from transformers import BertConfig, GPT2Config, RobertaConfig, T5Config
 
     spec = tmp_path / "missing"
     if make == "st":
         spec = st_dir
     elif make is not None:
         spec = tmp_path / make
-        config = GPT2Config(n_layer=1, n_embd=8, n_head=2) if make == "gpt2" else T5Config(num_layers=1, d_model=8)
+        config = {
+            "gpt2": lambda: GPT2Config(n_layer=1, n_embd=8, n_head=2),
+            "t5": lambda: T5Config(num_layers=1, d_model=8),
+            "bert-decoder": lambda: BertConfig(
+                num_hidden_layers=1, hidden_size=8, num_attention_heads=2, is_decoder=True
+            ),
+            "roberta-causal": lambda: RobertaConfig(num_hidden_layers=1, architectures=["RobertaForCausalLM"]),
+        }[make]()
         config.save_pretrained(spec)
     args = train_args(tmp_path / "out", spec, *extra)
     assert main(args) == 2

@@ -119,7 +119,11 @@ def test_collator_adds_the_source_language_only_when_asked(tokenizer):
 @pytest.mark.parametrize(
     ("extra", "expected"),
     [
-        (["--batching", "multiway"], "--model yu2018 trains on bilingual batches only"),
+        (
+            ["--batching", "multiway"],
+            "--batching multiway is an option of --model tlaser, ctlaser, laser1, laser6, claser6, "
+            "not of --model yu2018",
+        ),
         (["--set=pooling=cls"], "pooling='cls'"),
     ],
 )

@@ -153,17 +153,39 @@ class Candidates:
 def margin_candidates(
     x: np.ndarray, y: np.ndarray, k: int = 4, margin: str = "ratio", backend: Backend = "auto"
 ) -> tuple[Candidates, Candidates]:
-    """Forward (x -> y) and backward (y -> x) candidates scored with LASER's margin.
+    """Forward (x -> y) and backward (y -> x) candidates scored with LASER's margin (see ``margin_scores``).
 
-    ``x`` and ``y`` must be L2-normalised. The candidates are the k nearest neighbours by cosine; each pair
-    (x, y) is scored ``margin(cos(x, y), (avg_knn(x, y) + avg_knn(y, x)) / 2)`` where ``avg_knn(x, y)`` is the
-    mean cosine of x's k nearest neighbours in y (``absolute`` just keeps the cosine).
+    ``x`` and ``y`` must be L2-normalised; the candidates are the k nearest neighbours by cosine (exact search).
     """
     check_margin(margin)
     fwd_sim, fwd_ids = knn(x, y, min(k, y.shape[0]), backend)
     bwd_sim, bwd_ids = knn(y, x, min(k, x.shape[0]), backend)
-    fwd_mean, bwd_mean = fwd_sim.mean(axis=1), bwd_sim.mean(axis=1)
+    return margin_scores(fwd_sim, fwd_ids, bwd_sim, bwd_ids, margin)
+
+
+def neighbour_means(sims: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Mean cosine of each row's neighbours, ignoring the slots whose id is -1 (not found by an approximate index)."""
+    found = ids >= 0
+    return np.where(found, sims, 0).sum(axis=1) / np.maximum(found.sum(axis=1), 1)
+
+
+def margin_scores(
+    fwd_sim: np.ndarray, fwd_ids: np.ndarray, bwd_sim: np.ndarray, bwd_ids: np.ndarray, margin: str = "ratio"
+) -> tuple[Candidates, Candidates]:
+    """LASER's margin scores (``mine_bitexts.py``) of the kNN lists of both directions.
+
+    ``fwd_sim``/``fwd_ids`` are the cosines and ids of each x's nearest y's, ``bwd_*`` of each y's nearest x's. A
+    pair (x, y) scores ``margin(cos(x, y), (avg_knn(x) + avg_knn(y)) / 2)`` where ``avg_knn`` is the mean cosine of
+    a row's neighbours in the other set: ``ratio`` divides, ``distance`` subtracts, ``absolute`` keeps the cosine.
+    Slots with id -1 score ``-inf``.
+    """
+    check_margin(margin)
+    fwd_mean, bwd_mean = neighbour_means(fwd_sim, fwd_ids), neighbour_means(bwd_sim, bwd_ids)
     score = MARGINS[margin]
-    fwd = Candidates(fwd_ids, score(fwd_sim, (fwd_mean[:, None] + bwd_mean[fwd_ids]) / 2))
-    bwd = Candidates(bwd_ids, score(bwd_sim, (bwd_mean[:, None] + fwd_mean[bwd_ids]) / 2))
-    return fwd, bwd
+
+    def scored(sims: np.ndarray, ids: np.ndarray, own: np.ndarray, other: np.ndarray) -> Candidates:
+        found = ids >= 0
+        values = score(np.where(found, sims, 0).astype(np.float32), (own[:, None] + other[np.where(found, ids, 0)]) / 2)
+        return Candidates(ids, np.where(found, values, -np.inf).astype(np.float32))
+
+    return scored(fwd_sim, fwd_ids, fwd_mean, bwd_mean), scored(bwd_sim, bwd_ids, bwd_mean, fwd_mean)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .knn import Backend, as_matrix, check_pair, l2_normalize, margin_candidates
+from .knn import Backend, Candidates, as_matrix, check_pair, l2_normalize, margin_candidates
 from .retrieval import Array
 
 RETRIEVALS = ("fwd", "bwd", "max", "intersect")
@@ -36,8 +36,7 @@ def mine(
     sentence is used once. Pairs with score <= ``threshold`` are dropped. With ``output``, writes a TSV
     ``score<TAB>src<TAB>tgt`` (texts when given, else indices).
     """
-    if retrieval not in RETRIEVALS:
-        raise ValueError(f"unknown retrieval {retrieval!r}; valid: {', '.join(RETRIEVALS)}")
+    check_retrieval(retrieval)
     src = as_matrix(src_emb, "src_emb")
     tgt = as_matrix(tgt_emb, "tgt_emb")
     check_pair(src, tgt)
@@ -45,28 +44,70 @@ def mine(
         if texts is not None and len(texts) != emb.shape[0]:
             raise ValueError(f"{name} has {len(texts)} entries but its embeddings have {emb.shape[0]} rows")
     fwd, bwd = margin_candidates(l2_normalize(src), l2_normalize(tgt), k=k, margin=margin, backend=backend)
-    fwd_best, fwd_score = fwd.best()
-    bwd_best, bwd_score = bwd.best()
-    src_ids, tgt_ids = np.arange(src.shape[0]), np.arange(tgt.shape[0])
-    if retrieval == "fwd":
-        pairs = list(zip(fwd_score, src_ids, fwd_best))
-    elif retrieval == "bwd":
-        pairs = list(zip(bwd_score, bwd_best, tgt_ids))
-    elif retrieval == "intersect":
-        pairs = [(s, i, j) for s, i, j in zip(fwd_score, src_ids, fwd_best) if bwd_best[j] == i]
-    else:
-        candidates = list(zip(fwd_score, src_ids, fwd_best)) + list(zip(bwd_score, bwd_best, tgt_ids))
-        seen_src, seen_tgt, pairs = set(), set(), []
-        for s, i, j in sorted(candidates, key=lambda c: -c[0]):
-            if i not in seen_src and j not in seen_tgt:
-                seen_src.add(i)
-                seen_tgt.add(j)
-                pairs.append((s, i, j))
-    result = [(float(s), int(i), int(j)) for s, i, j in pairs if threshold is None or s > threshold]
-    result.sort(key=lambda p: -p[0])
+    scores, src_ids, tgt_ids = select_pairs(fwd, bwd, retrieval, threshold=threshold)
+    result = [(float(s), int(i), int(j)) for s, i, j in zip(scores, src_ids, tgt_ids)]
     if output is not None:
         write_bitexts(result, output, src_texts, tgt_texts)
     return result
+
+
+def check_retrieval(retrieval: str) -> None:
+    """Raise on an unknown retrieval mode, listing the valid ones."""
+    if retrieval not in RETRIEVALS:
+        raise ValueError(f"unknown retrieval {retrieval!r}; valid: {', '.join(RETRIEVALS)}")
+
+
+def select_pairs(
+    fwd: Candidates,
+    bwd: Candidates,
+    retrieval: str = "max",
+    *,
+    threshold: float | None = None,
+    one_to_one: bool = False,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Pairs ``(scores, src_ids, tgt_ids)`` chosen from margin-scored candidates, by decreasing score.
+
+    ``fwd``: each source's candidate targets, ``bwd``: each target's candidate sources (see ``margin_scores``).
+    ``fwd``/``bwd``/``intersect``/``max`` as in :func:`mine`; ``max`` (and every mode with ``one_to_one``) walks the
+    pairs by decreasing score and keeps a pair only when neither sentence is used yet. Pairs with a score <=
+    ``threshold`` and candidates an approximate index did not find (score ``-inf``) are dropped.
+    """
+    check_retrieval(retrieval)
+    fwd_best, fwd_score = fwd.best()
+    bwd_best, bwd_score = bwd.best()
+    src_ids, tgt_ids = np.arange(len(fwd_best)), np.arange(len(bwd_best))
+    if retrieval == "fwd":
+        scores, src, tgt = fwd_score, src_ids, fwd_best
+    elif retrieval == "bwd":
+        scores, src, tgt = bwd_score, bwd_best, tgt_ids
+    elif retrieval == "intersect":
+        mutual = bwd_best[np.maximum(fwd_best, 0)] == src_ids
+        scores, src, tgt = fwd_score[mutual], src_ids[mutual], fwd_best[mutual]
+    else:
+        scores = np.concatenate([fwd_score, bwd_score])
+        src, tgt = np.concatenate([src_ids, bwd_best]), np.concatenate([fwd_best, tgt_ids])
+    keep = np.isfinite(scores)
+    scores, src, tgt = scores[keep], src[keep], tgt[keep]
+    order = np.argsort(-scores, kind="stable")
+    scores, src, tgt = scores[order], src[order], tgt[order]
+    if retrieval == "max" or one_to_one:
+        first = greedy_one_to_one(src, tgt)
+        scores, src, tgt = scores[first], src[first], tgt[first]
+    if threshold is not None:
+        above = scores > threshold
+        scores, src, tgt = scores[above], src[above], tgt[above]
+    return scores, src, tgt
+
+
+def greedy_one_to_one(src: np.ndarray, tgt: np.ndarray) -> np.ndarray:
+    """Positions of the pairs ``(src[p], tgt[p])``, taken in order, whose source and target are both still unused."""
+    used_src, used_tgt, kept = set(), set(), []
+    for position, (i, j) in enumerate(zip(src.tolist(), tgt.tolist())):
+        if i not in used_src and j not in used_tgt:
+            used_src.add(i)
+            used_tgt.add(j)
+            kept.append(position)
+    return np.asarray(kept, dtype=np.int64)
 
 
 def write_bitexts(

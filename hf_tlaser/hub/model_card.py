@@ -33,6 +33,7 @@ from hf_tlaser.evaluation.report import (
     pair_table,
     summary_table,
 )
+from hf_tlaser.models.common.sentence_embedding import describe_modules
 from hf_tlaser.version import __version__
 
 from .st_layout import pooling_mode, read_model_config
@@ -220,9 +221,28 @@ def _cnv_details(config: dict, model_dir: Path) -> str:
     return _table(["", ""], rows)
 
 
+def carried_modules(config: dict) -> str:
+    """The modules after pooling that a backbone carried (``config.sentence_modules``), in words; "" without."""
+    modules = config.get("sentence_modules")
+    return f", then the backbone's {describe_modules(modules)}" if modules else ""
+
+
+def prompt_note(config: dict) -> str:
+    """What a user of a model whose tokenizer adds a prompt must know; "" without one."""
+    prompt = config.get("prompt")
+    if not prompt:
+        return ""
+    return (
+        f"The prompt {prompt!r} is built into the tokenizer: its template adds it to every text. Do not pass it "
+        "again (no `prompt=` / `prompt_name=` in sentence-transformers, no prefix in the texts): the model would "
+        "read it twice (it warns once when it sees that)."
+    )
+
+
 def _warm_rows(config: dict, rows: list[list[str]]) -> list[list[str]]:
-    """``rows`` of a model trained with ``--init-from``: the pretrained backbone as the architecture, its pooling and
-    its tokenizer (and the decoder's restricted vocabulary) instead of a joint BPE; unchanged without a backbone."""
+    """``rows`` of a model trained with ``--init-from``: the pretrained backbone as the architecture, its pooling
+    (and the modules after it) and its tokenizer (with its prompt; and the decoder's restricted vocabulary) instead
+    of a joint BPE; unchanged without a backbone."""
     backbone = config.get("backbone")
     if not backbone:
         return rows
@@ -236,11 +256,14 @@ def _warm_rows(config: dict, rows: list[list[str]]) -> list[list[str]]:
             f"pretrained {backbone['model_type']} encoder ({source}, hf-tlaser train --init-from): "
             f"{backbone.get('num_hidden_layers')} layers, hidden size {config['hidden_size']}"
         ),
-        "Sentence vector": f"{config['hidden_size']}-dim {pooling[config.get('pooling', 'cls')]}",
+        "Sentence vector": (
+            f"{sentence_vector_size(config)}-dim {pooling[config.get('pooling', 'cls')]}{carried_modules(config)}"
+        ),
         "Vocabulary": vocabulary,
         "Maximum input length": f"{config.get('max_position_embeddings')} tokens (incl. <s> and </s>)",
     }
-    return [[name, replaced.get(name, value)] for name, value in rows]
+    rows = [[name, replaced.get(name, value)] for name, value in rows]
+    return rows + ([["Prompt", prompt_note(config)]] if config.get("prompt") else [])
 
 
 def _ldt_details(config: dict, model_dir: Path) -> str:
@@ -554,7 +577,10 @@ def _usage(config: dict, repo_id: str) -> str:
             "max": "max over the encoder outputs of the non-pad tokens",
             "mean": "mean over the encoder outputs of the non-pad tokens",
         }.get(pooling_mode(config), "self-attention pooling over the encoder outputs of the non-pad tokens")
-        return Template(USAGE.read_text(encoding="utf-8")).substitute(repo_id=repo_id, pooling_code=pooling_code)
+        if config.get("sentence_modules"):  # pooler_output is no longer a slice of last_hidden_state
+            pooling_code = pooling_code.split(", =")[0] + carried_modules(config)
+        usage = Template(USAGE.read_text(encoding="utf-8")).substitute(repo_id=repo_id, pooling_code=pooling_code)
+        return f"{prompt_note(config)}\n\n{usage}" if config.get("prompt") else usage
     a, b = languages
     return Template(USAGE_PER_LANGUAGE.read_text(encoding="utf-8")).substitute(
         repo_id=repo_id,

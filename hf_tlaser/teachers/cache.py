@@ -5,39 +5,56 @@ Layout under the cache root (``cache_root``: an argument, else ``$HF_TLASER_TEAC
 
     <root>/<teacher name>-<fingerprint[:16]>/<prompt name or none>-<sha1(prompt)[:8]>/
         meta.json                    what the folder holds: teacher, prompt, dim, dtype
+        write.lock                   held by a writer while it commits a shard
         shards/<id>.vec.npy          rows [n, dim] (float16 by default), memory-mapped when read
         shards/<id>.keys.npy         SHA-1 of the text of each row, [n] of dtype S20: the shard's index
 
 Shards are append-only; ``<id>`` is ``<time_ns>-<pid>-<random>``, so several processes add shards side by side and
 read each other's. A shard is written atomically per chunk: its rows, then its keys, each to a hidden temporary file
-that is flushed and renamed; the keys file commits the shard. A killed run leaves at most a temporary file or rows
-without keys, which readers ignore (its texts are computed again); a committed shard that cannot be read (truncated
-by a full disk or a broken copy) is moved aside as ``*.corrupt`` with a warning, and its texts are computed again.
+that is flushed and renamed; the keys file commits the shard. Writers commit under an exclusive lock of
+``write.lock`` (``fcntl.flock``) and first drop the texts that another writer stored meanwhile, so a text is stored
+once however many processes fill the folder at the same time; each starts at a random chunk, so that writers of the
+same texts share the work (a chunk two of them computed at the same time is logged, and stored once).
+``meta.json`` is checked before any row is read: a folder that records another teacher, prompt or width is refused.
+
+A killed run leaves at most a temporary file or rows without keys, which readers ignore (its texts are computed
+again); a committed shard that cannot be read (truncated by a full disk or a broken copy) is moved aside as
+``*.corrupt`` with a warning, and its texts are computed again.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
+import json
 import logging
 import os
 import re
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from .loading import Teacher
+from hf_tlaser.errors import UsageError
+
 from .vectors import KEY_DTYPE, save_json, save_npy, text_keys
+
+if TYPE_CHECKING:
+    from .loading import Teacher
 
 logger = logging.getLogger(__name__)
 
 ENV_VAR = "HF_TLASER_TEACHER_CACHE"
 NO_CACHE = "none"
 """``cache_dir`` value that turns the cache off where a command offers one."""
+META_IDENTITY = ("fingerprint", "prompt", "dim")
+"""``meta.json`` fields that must equal the teacher's: what determines its vectors."""
 STALE_SECONDS = 24 * 3600
 """Age after which a temporary file or uncommitted rows are another run's leftovers and may be removed."""
 
@@ -58,7 +75,8 @@ def _slug(text: str) -> str:
 
 @dataclass
 class CacheStats:
-    """Texts asked for that were in the cache (``hits``) or not (``misses``), and distinct texts computed."""
+    """Texts asked for that were in the cache (``hits``) or not (``misses``), and distinct texts this process
+    computed (fewer than the distinct misses when another process stored some meanwhile)."""
 
     hits: int = 0
     misses: int = 0
@@ -112,7 +130,10 @@ class TeacherCache:
     # ---------------------------------------------------------------------------------------------- reading
 
     def _check_meta(self) -> None:
-        """Write ``meta.json`` once (atomically; every writer writes the same), or check the one there."""
+        """Write ``meta.json`` (atomically; every writer writes the same), or check the one there: ``UsageError``
+        when it records another teacher fingerprint, prompt or width, so that no vector of another teacher is ever
+        served; a missing or unreadable one (its folder's name matches this teacher and prompt) is written again.
+        New shards are stored in the folder's dtype."""
         if self._meta_checked:
             return
         meta = {
@@ -125,14 +146,40 @@ class TeacherCache:
         }
         path = self.folder / "meta.json"
         self.shards.mkdir(parents=True, exist_ok=True)
-        if not path.is_file():
+        try:
+            there = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            there = None
+        except (OSError, ValueError) as err:
+            logger.warning("teacher cache: %s is unreadable (%s); written again", path, err)
+            there = None
+        if not isinstance(there, dict):
+            if any(self.shards.glob("*.keys.npy")):
+                logger.warning("teacher cache: %s was missing; written again for the shards there", path)
             save_json(path, meta)
+        else:
+            differ = [key for key in META_IDENTITY if there.get(key) != meta[key]]
+            if differ:
+                found = ", ".join(f"{key} {there.get(key)!r} (this teacher: {meta[key]!r})" for key in differ)
+                raise UsageError(
+                    f"teacher cache {self.folder}: its meta.json records another teacher: {found}; its vectors are "
+                    "not this teacher's: remove that folder, or give another cache folder"
+                )
+            if there.get("dtype") != meta["dtype"]:
+                logger.warning(
+                    "teacher cache %s stores %s vectors (asked: %s); give another cache folder for %s",
+                    self.folder,
+                    there.get("dtype"),
+                    meta["dtype"],
+                    meta["dtype"],
+                )
+                self.dtype = np.dtype(there["dtype"])
         self._meta_checked = True
 
     def refresh(self) -> int:
-        """Load the shards committed since the last look (by this or another process); return how many."""
-        if not self.shards.is_dir():
-            return 0
+        """Load the shards committed since the last look (by this or another process); return how many. Checks
+        ``meta.json`` first (``UsageError`` for a folder of another teacher)."""
+        self._check_meta()
         new = []
         for keys_path in sorted(self.shards.glob("*.keys.npy")):
             shard = keys_path.name[: -len(".keys.npy")]
@@ -199,14 +246,37 @@ class TeacherCache:
 
     # ---------------------------------------------------------------------------------------------- writing
 
-    def _commit(self, texts: list[str], vectors: np.ndarray) -> None:
-        """One shard: rows first, then keys (the commit); each written to a temporary file and renamed."""
+    def _commit(self, texts: list[str], vectors: np.ndarray) -> str:
+        """One shard: rows first, then keys (the commit); each written to a temporary file and renamed. Its id."""
         stored = vectors.astype(self.dtype)
         if not np.isfinite(stored).all():
             raise ValueError(f"teacher vectors do not fit {self.dtype} (inf or NaN); use a float32 cache")
         shard = f"{time.time_ns():020d}-{os.getpid()}-{secrets.token_hex(3)}"
         save_npy(self.shards / f"{shard}.vec.npy", stored)
         save_npy(self.shards / f"{shard}.keys.npy", text_keys(texts))
+        return shard
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Hold the folder's exclusive write lock (``write.lock``)."""
+        with open(self.folder / "write.lock", "a+b") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def _keys_since(self, seen: set[str]) -> set[bytes]:
+        """Keys of the committed shards not in ``seen`` (which then holds them): what other writers stored since."""
+        keys: set[bytes] = set()
+        for keys_path in self.shards.glob("*.keys.npy"):
+            shard = keys_path.name[: -len(".keys.npy")]
+            if shard in seen:
+                continue
+            with contextlib.suppress(OSError, ValueError, EOFError):  # unreadable: refresh() moves it aside
+                keys.update(np.load(keys_path).tolist())
+                seen.add(shard)
+        return keys
 
     def _remove_leftovers(self) -> None:
         """Temporary files and rows without keys older than ``STALE_SECONDS``: killed runs' leftovers."""
@@ -221,11 +291,17 @@ class TeacherCache:
             except FileNotFoundError:
                 pass
 
-    def _compute(self, texts: list[str]) -> None:
-        """Encode ``texts`` (distinct, not in the cache), longest first, committing a shard every ``chunk_size``."""
-        self._check_meta()
+    def _compute(self, texts: list[str]) -> tuple[int, int]:
+        """Encode ``texts`` (distinct, not in the cache) in chunks of ``chunk_size`` texts sorted longest first,
+        starting at a random chunk; each chunk's texts that another writer stored meanwhile are dropped before it is
+        encoded and again under the write lock before it is committed. Returns (texts encoded, texts encoded but
+        not stored because another writer committed them first)."""
         self._remove_leftovers()
         texts = sorted(texts, key=len, reverse=True)
+        chunks = [texts[start : start + self.chunk_size] for start in range(0, len(texts), self.chunk_size)]
+        first = secrets.randbelow(len(chunks))  # writers of the same texts start apart, and share the chunks
+        wanted = set(text_keys(texts).tolist())
+        seen, stored, encoded, wasted = set(self._loaded), set(), 0, 0  # stored: wanted texts other writers stored
         bar = tqdm(
             total=len(texts),
             unit="text",
@@ -235,14 +311,27 @@ class TeacherCache:
             smoothing=0.1,
         )
         with bar:
-            for start in range(0, len(texts), self.chunk_size):
-                chunk = texts[start : start + self.chunk_size]
+            for chunk in chunks[first:] + chunks[:first]:
+                stored |= self._keys_since(seen) & wanted
+                keys = text_keys(chunk).tolist()
+                todo = [i for i, key in enumerate(keys) if key not in stored]
+                bar.update(len(chunk) - len(todo))
                 parts = []
-                for offset in range(0, len(chunk), self.batch_size):
-                    batch = chunk[offset : offset + self.batch_size]
+                for offset in range(0, len(todo), self.batch_size):
+                    batch = [chunk[i] for i in todo[offset : offset + self.batch_size]]
                     parts.append(self.teacher.encode(batch, batch_size=self.batch_size))
                     bar.update(len(batch))
-                self._commit(chunk, np.concatenate(parts))
+                if not todo:
+                    continue
+                vectors = np.concatenate(parts)
+                encoded += len(todo)
+                with self._locked():
+                    stored |= self._keys_since(seen) & wanted
+                    keep = [row for row, i in enumerate(todo) if keys[i] not in stored]
+                    wasted += len(todo) - len(keep)
+                    if keep:  # chunks are disjoint: no later chunk holds these texts
+                        seen.add(self._commit([chunk[todo[row]] for row in keep], vectors[keep]))
+        return encoded, wasted
 
     def fill(self, texts: Sequence[str]) -> CacheStats:
         """Compute and store the vectors of the ``texts`` that are not in the cache yet; return the counts."""
@@ -251,9 +340,15 @@ class TeacherCache:
         self.refresh()
         missing = self.lookup(keys)[:, 0] < 0
         distinct = list(dict.fromkeys(texts[i] for i in np.flatnonzero(missing)))
-        last = CacheStats(hits=int(len(keys) - missing.sum()), misses=int(missing.sum()), computed=len(distinct))
+        last = CacheStats(hits=int(len(keys) - missing.sum()), misses=int(missing.sum()))
         if distinct:
-            self._compute(distinct)
+            last.computed, wasted = self._compute(distinct)
+            if wasted:
+                logger.warning(
+                    "teacher cache %s: %d texts were also computed by another process at the same time (stored once)",
+                    self.folder,
+                    wasted,
+                )
             self.refresh()
         self.last = last
         self.stats.add(last)

@@ -91,8 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--prompt",
         default=AUTO,
         metavar="NAME",
-        help="sentence-transformers prompt: auto (the model's 'passage' prompt, e5's for texts to distill, when it has "
-        "one), none, or a prompt name (default: %(default)s)",
+        help="sentence-transformers prompt: auto (the model's 'query' prompt when it has one: e5's for symmetric "
+        "tasks, as hf-tlaser train --teacher and evaluate --reference use), none, or a prompt name (default: "
+        "%(default)s)",
     )
     parser.add_argument(
         "--cache-dir",

@@ -4,7 +4,8 @@ reference rows of ``hf-tlaser evaluate --reference``.
 A teacher SPEC is one of
 
 * a sentence-transformers model folder or Hub model id (``ID`` or ``ID@REVISION``), encoded with one of its prompts
-  (e5: ``passage: `` for texts to distill, ``query: `` for symmetric tasks such as bitext retrieval);
+  (e5: ``query: ``, its prompt for symmetric tasks such as bitext retrieval, both for the texts to distill and for
+  evaluation rows: a student is judged in the space it learnt);
 * an hf_tlaser model folder (T-LASER, LASER, ... as saved by ``hf-tlaser train``; a translation model's encoder),
   encoded with ``hf_tlaser.encode``: a big T-LASER can teach a tiny one;
 * ``vectors:PATH``: vectors precomputed for an ordered list of texts (``hf-tlaser teacher-vectors --output``; format
@@ -24,6 +25,7 @@ import json
 import logging
 import os
 import re
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -33,7 +35,8 @@ import torch
 from hf_tlaser.errors import UsageError
 from hf_tlaser.hardware import default_device, resolve_precision
 
-from .vectors import FORMAT, KEY_DTYPE, VERSION, sidecar_paths, text_keys, texts_digest
+from .cache import cache_root
+from .vectors import FORMAT, KEY_DTYPE, VERSION, save_json, sidecar_paths, text_keys, texts_digest
 
 logger = logging.getLogger(__name__)
 
@@ -41,20 +44,32 @@ VECTORS_PREFIX = "vectors:"
 AUTO = "auto"
 """``prompt_name`` default: the first of the preferred prompt names that the model defines, else its default prompt."""
 NO_PROMPT = "none"
-TRAIN_PROMPTS = ("passage", "document")
-"""Preferred prompt names for the texts a student is distilled on (e5: ``passage: ``)."""
 EVAL_PROMPTS = ("query",)
 """Preferred prompt names for evaluation rows: e5 asks ``query: `` for symmetric tasks (bitext mining, features)."""
+TRAIN_PROMPTS = EVAL_PROMPTS
+"""Preferred prompt names for the texts a student is distilled on: the evaluation rows' (e5: ``query: ``), so that
+the student learns the space it is judged in (``scripts/teacher_prompt.py``; docs/training.md, "Teacher prompt")."""
 SPEC_HELP = (
     "a sentence-transformers model folder or Hub id (ID or ID@REVISION), an hf_tlaser model folder (hf-tlaser train "
     "--output-dir), or vectors:PATH (hf-tlaser teacher-vectors --output)"
 )
-_SKIP_DIRS = re.compile(r"^(\.|checkpoint-|eval|runs$|__pycache__$)")
-_SKIP_FILES = {"trainer_state.json", "hf_tlaser_train.json", "training_args.bin", "results.json", "README.md"}
-_SKIP_SUFFIXES = {".md", ".png", ".log", ".lock", ".pt", ".pth", ".tmp"}
-_WHOLE_FILE = 1 << 20
-_SAMPLE = 1 << 16
-_SAMPLES = 16
+_SKIP_DIRS = re.compile(r"^(\.|checkpoint-|eval|runs$|__pycache__$|onnx$|openvino$)")
+_SKIP_FILES = {
+    "trainer_state.json",
+    "hf_tlaser_train.json",
+    "training_args.bin",
+    "results.json",
+    "optimizer.pt",
+    "scheduler.pt",
+    "scaler.pt",
+    "rng_state.pth",
+}
+_SKIP_SUFFIXES = {".md", ".png", ".log", ".lock", ".tmp"}
+HASH_BLOCK = 1 << 20
+"""Bytes read at a time when hashing a file."""
+MEMO_NAME = "file-digests.json"
+"""File of the file-digest memo under the teacher cache root."""
+RACY_SECONDS = 2
 
 
 class Teacher:
@@ -216,37 +231,84 @@ class VectorsTeacher(Teacher):
 # ---------------------------------------------------------------------------------------------------- identity
 
 
-def _sampled_digest(path: Path) -> bytes:
-    """SHA-1 of a file: whole up to 1 MiB; beyond, its size and 64 KiB samples from its start, end and 16 places
-    between (retrained weights change nearly every byte, so the samples see it)."""
-    size = path.stat().st_size
-    digest = hashlib.sha1(str(size).encode())
-    with path.open("rb") as handle:
-        if size <= _WHOLE_FILE:
-            digest.update(handle.read())
-        else:
-            for offset in [
-                0,
-                *((size - _SAMPLE) * i // (_SAMPLES + 1) for i in range(1, _SAMPLES + 1)),
-                size - _SAMPLE,
-            ]:
-                handle.seek(offset)
-                digest.update(handle.read(_SAMPLE))
-    return digest.digest()
+def _hash_file(path: Path) -> str:
+    """Hex SHA-256 of every byte of a file, read in ``HASH_BLOCK`` blocks."""
+    digest = hashlib.sha256()
+    block = bytearray(HASH_BLOCK)
+    view = memoryview(block)
+    with path.open("rb", buffering=0) as handle:
+        while read := handle.readinto(block):
+            digest.update(view[:read])
+    return digest.hexdigest()
 
 
-def folder_fingerprint(folder: str | os.PathLike) -> str:
-    """Hex SHA-1 of what in a model folder determines its vectors: config, tokenizer, prompts, pooling and weights
-    files (sub-folders included), by content; run records, evaluations, checkpoints and docs are left out."""
+def _stat_key(stat: os.stat_result) -> list[int]:
+    return [stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino, stat.st_dev]
+
+
+def _read_memo(path: Path | None) -> dict:
+    if path is None or not path.is_file():
+        return {}
+    try:
+        memo = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return memo if isinstance(memo, dict) else {}
+
+
+def _write_memo(path: Path, memo: dict) -> None:
+    """Save the memo (atomically), without the entries of files that are gone; a memo that cannot be written is
+    skipped (the next call hashes again)."""
+    kept = {name: entry for name, entry in memo.items() if os.path.exists(name)}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        save_json(path, kept)
+    except OSError as err:
+        logger.debug("file digest memo %s not written: %s", path, err)
+
+
+def file_digest(path: Path, memo: dict | None = None) -> str:
+    """Hex SHA-256 of every byte of ``path``. ``memo`` (``{absolute path: [size, mtime_ns, ctime_ns, inode, device,
+    digest]}``) is read and updated: an entry is used only while the file's size, times, inode and device are all
+    unchanged, else the whole file is hashed again; a file modified within ``RACY_SECONDS`` (a change in the same
+    clock tick would keep its times) or while it was read is not memoised."""
+    name = str(path.resolve())
+    before = path.stat()
+    entry = (memo or {}).get(name)
+    if isinstance(entry, list) and entry[:-1] == _stat_key(before):
+        return entry[-1]
+    digest = _hash_file(path)
+    after = path.stat()
+    recent = time.time_ns() - max(after.st_mtime_ns, after.st_ctime_ns) < RACY_SECONDS * 1e9
+    if memo is not None and _stat_key(after) == _stat_key(before) and not recent:
+        memo[name] = [*_stat_key(after), digest]
+    return digest
+
+
+def folder_fingerprint(folder: str | os.PathLike, memo: str | os.PathLike | None = AUTO) -> str:
+    """Hex SHA-256 of what in a model folder determines its vectors: weights, config, tokenizer, sentence-transformers
+    modules (``modules.json`` and every module folder: Pooling, Dense, Normalize...) and prompts
+    (``config_sentence_transformers.json``), sub-folders included, every byte of each file by content and relative
+    path (not absolute paths or dates: a copy elsewhere has the same fingerprint); run records, evaluations,
+    checkpoints, trainer state, ONNX/OpenVINO exports and docs are left out.
+
+    ``memo``: a JSON file of file digests (:func:`file_digest`) that spares hashing unchanged files again; ``auto``:
+    ``MEMO_NAME`` under the teacher cache root (``hf_tlaser.teachers.cache_root``), None: hash every file."""
     root = Path(folder)
-    digest = hashlib.sha1()
+    memo_path = cache_root() / MEMO_NAME if memo == AUTO else (Path(memo) if memo is not None else None)
+    digests = _read_memo(memo_path)
+    known = dict(digests)
+    digest = hashlib.sha256()
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if not _SKIP_DIRS.match(d))
         for filename in sorted(filenames):
             path = Path(dirpath) / filename
             if filename in _SKIP_FILES or path.suffix in _SKIP_SUFFIXES or not path.is_file():
                 continue
-            digest.update(path.relative_to(root).as_posix().encode() + b"\0" + _sampled_digest(path))
+            relative = path.relative_to(root).as_posix()
+            digest.update(f"{relative}\0{file_digest(path, digests)}\n".encode())
+    if memo_path is not None and digests != known:
+        _write_memo(memo_path, digests)
     return digest.hexdigest()
 
 
@@ -451,7 +513,7 @@ def load_teacher(
     """Load a teacher SPEC (module docstring) into a :class:`Teacher`.
 
     ``prompt_name`` (sentence-transformers): ``auto`` takes the first of ``prefer`` the model defines
-    (``TRAIN_PROMPTS``: e5's ``passage: ``; ``EVAL_PROMPTS`` for evaluation rows), else its default prompt; ``none``
+    (``TRAIN_PROMPTS`` = ``EVAL_PROMPTS``: e5's ``query: ``), else its default prompt; ``none``
     prepends nothing; a name must be one of the model's prompts. ``device`` defaults to CUDA, else MPS, else CPU;
     ``precision`` (auto/fp32/bf16/fp16) is the autocast of the forward pass (not part of the fingerprint: vectors of
     one model in another precision are the same vectors to within rounding). ``revision`` (or ``ID@REVISION``) pins

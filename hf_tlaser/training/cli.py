@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import sys
+from dataclasses import Field, fields
 from pathlib import Path
 
 import torch
@@ -131,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--nmt-steps",
         type=int,
         default=None,
-        help="cnv: updates of each NMT direction in stage 1 (default: the preset's: "
+        help="updates of each NMT direction in stage 1 (default: the preset's: "
         + ", ".join(f"{size} {get_preset('cnv', size).nmt.steps}" for size in SIZES)
         + ")",
     )
@@ -139,13 +140,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--nmt-pair",
         default=None,
         metavar="A_TO_B,B_TO_A",
-        help="cnv: two existing Hugging Face seq2seq folders or Hub ids (a->b, b->a) instead of training them",
+        help="two existing Hugging Face seq2seq folders or Hub ids (a->b, b->a) instead of training them",
     )
     p.add_argument(
         "--teacher",
         default=None,
         help=f"distil towards a teacher's sentence vectors (MSE of both sides of each pair to the teacher's vector "
-        f"of the pivot text; joint-BPE families, not cnv): {TEACHER_SPEC_HELP}",
+        f"of the pivot text): {TEACHER_SPEC_HELP}",
     )
     p.add_argument(
         "--distill-weight",
@@ -162,8 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--init-from",
         default=None,
         metavar="SPEC",
-        help=f"start the encoder from a pretrained model (tlaser, ctlaser, ldt; with its tokenizer, no joint BPE): "
-        f"{INIT_HINT}",
+        help=f"start the encoder from a pretrained model (with its tokenizer, no joint BPE): {INIT_HINT}",
     )
     p.add_argument(
         "--pooling",
@@ -176,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--decoder-vocab",
         default=None,
         choices=DECODER_VOCABS,
-        help="tlaser/ctlaser: the decoder's vocabulary, full or the pieces of the training targets (default: targets "
+        help="the decoder's vocabulary, full or the pieces of the training targets (default: targets "
         "with --init-from, else full)",
     )
     p.add_argument(
@@ -197,7 +197,24 @@ def build_parser() -> argparse.ArgumentParser:
         kind = str if name in CHOICES else {"max_lines": int, "max_sentences": int}.get(name, float)
         choices = CHOICES.get(name)
         p.add_argument(f"--{name.replace('_', '-')}", default=None, type=kind, choices=choices, help=_recipe_help(name))
+    declared = {item.name: item for item in fields(RunSpec)}
+    for action in p._actions:
+        if action.dest in declared and action.help is not None:
+            action.help += _family_note(declared[action.dest])
     return p
+
+
+def _family_note(item: Field) -> str:
+    """`` [--model A, B]`` (or ``[not --model C]``, the shorter) after the help of a flag that only some families take
+    (``RunSpec`` field metadata), and ``[VALUE: ...]`` for a value that only some take."""
+
+    def models(families: tuple[str, ...]) -> str:
+        others = [model for model in MODELS if model not in families]
+        return f"not --model {', '.join(others)}" if len(others) < len(families) else f"--model {', '.join(families)}"
+
+    notes = [] if item.metadata["families"] == MODELS else [models(item.metadata["families"])]
+    notes += [f"{value}: {models(families)}" for value, families in item.metadata["values"].items()]
+    return f" [{'; '.join(notes)}]" if notes else ""
 
 
 def _read_config(path: Path) -> dict:

@@ -113,16 +113,11 @@ def _split_set(items: list[str]) -> tuple[list[str], list[str]]:
 
 
 def check_cnv_args(spec: RunSpec, recipe: Recipe) -> CNVPlan:
-    """The cheap checks of a cNV command line (before any file is read); UsageError on a mistake."""
+    """The cheap checks of a cNV command line (before any file is read), after the flags it does not take
+    (``RunSpec.check_families``: ``--teacher``, ``--streaming``, ``--tokenizer``, ``--batching multiway``, ...);
+    UsageError on a mistake."""
     if not spec.pairs:
         raise UsageError("--model cnv takes one language pair a-b (its NMT pair a->b and b->a): give --pairs a-b")
-    if spec.teacher is not None:
-        raise UsageError(
-            "--teacher is not available for --model cnv: its vectors are r x d matrices per language pair from frozen "
-            "NMT encoders, with no single sentence vector to regress onto a teacher's"
-        )
-    if spec.streaming:
-        raise UsageError("--streaming is not available for --model cnv (its two stages read the corpora in memory)")
     try:
         pairs = parse_pairs(spec.pairs)
     except ValueError as err:
@@ -131,10 +126,6 @@ def check_cnv_args(spec: RunSpec, recipe: Recipe) -> CNVPlan:
         raise UsageError(
             f"--model cnv takes one language pair a-b (its NMT pair a->b and b->a), got --pairs {spec.pairs}"
         )
-    if spec.tokenizer:
-        raise UsageError("--tokenizer is not used by --model cnv: each NMT model brings its own tokenizer")
-    if recipe.batching != "pair":
-        raise UsageError(f"--batching {recipe.batching}: --model cnv trains on pair batches (--batching pair)")
     if spec.nmt_steps is not None and spec.nmt_steps < 1:
         raise UsageError(f"--nmt-steps {spec.nmt_steps}: must be at least 1")
     cnv_set, nmt_set = _split_set(spec.set)

@@ -17,6 +17,8 @@ TRAINERS: dict[str, Callable[[RunSpec], LaserTrainer]] = {"cnv": train_cnv}
 def train(spec: RunSpec) -> LaserTrainer:
     """Run one training job; returns the trainer (its ``args.output_dir`` holds the saved model).
 
-    Raises UsageError (before reading any corpus where it can) on a mistake the user can fix.
+    Raises UsageError (before reading any corpus where it can) on a mistake the user can fix; first on a flag the
+    family does not take (``RunSpec.check_families``).
     """
+    spec.check_families()
     return TRAINERS.get(spec.model, train_joint)(spec)

@@ -43,7 +43,8 @@ SPECIAL_TOKEN_IDS = {"pad_token_id": "pad_token", "eos_token_id": "eos_token", "
 
 def special_token_ids(tokenizer: PreTrainedTokenizerBase, source: str, config_class: type) -> dict[str, int]:
     """The config fields that must follow the tokenizer's special tokens; UsageError if pad, ``</s>`` or the
-    STR_TAG (cls) token is missing. Ids that differ from the config defaults are logged."""
+    STR_TAG (cls) token is missing. Ids that differ from the config defaults are logged (at INFO: the config follows
+    the tokenizer by design)."""
     ids = {}
     for key, token in SPECIAL_TOKEN_IDS.items():
         token_id = getattr(tokenizer, key)
@@ -64,7 +65,7 @@ def special_token_ids(tokenizer: PreTrainedTokenizerBase, source: str, config_cl
         if value != defaults[key].default
     ]
     if changed:
-        logger.warning("special-token ids from the tokenizer: %s", ", ".join(changed))
+        logger.info("special-token ids from the tokenizer: %s", ", ".join(changed))
     return ids
 
 
@@ -288,7 +289,7 @@ def train_joint(spec: RunSpec) -> LaserTrainer:
     logger.info(
         "%s: %.1fM parameters, %s, %s micro-batches/epoch/rank, accumulation %d, batching=%s, language table %s; "
         "training %d updates",
-        preset.name,
+        preset.name if checked.backbone is None else f"{spec.model} on {checked.backbone.name}",
         sum(p.numel() for p in model.parameters()) / 1e6,
         groups,
         "endless (streaming)" if sampler is None else len(sampler),
@@ -320,4 +321,5 @@ def train_joint(spec: RunSpec) -> LaserTrainer:
         distill_weight=spec.distill_weight,
         freeze_encoder_steps=spec.encoder_schedule[0],
         encoder_lr=spec.encoder_schedule[1],
+        save_dtype=None if checked.backbone is None else checked.backbone.stored_dtype,
     )

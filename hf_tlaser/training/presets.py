@@ -17,6 +17,12 @@ from hf_tlaser.models.tlaser import TLaserConfig, TLaserForTranslation
 from hf_tlaser.models.yu2018 import Yu2018Config, Yu2018ForTranslation
 
 MODELS = ("tlaser", "ctlaser", "laser1", "laser6", "claser6", "cnv", "yu2018", "ldt")
+JOINT_BPE = tuple(model for model in MODELS if model != "cnv")
+"""The families trained on one joint BPE (``hf_tlaser.training.joint``); cnv trains over its NMT pair's own
+tokenizers."""
+DECODER_VOCAB_MEMBERS = ("tlaser", "ctlaser")
+"""The families whose translation decoder can be restricted to the pieces of the training targets
+(``--decoder-vocab``)."""
 SIZES = ("paper", "small", "tiny")
 
 
@@ -277,3 +283,9 @@ def get_preset(model: str, size: str = "tiny") -> Preset:
     layers = 1 if model == "laser1" else 6
     kwargs = {**_LASER_SIZES[size], "num_layers": layers, **(_CONSTRAINED if model == "claser6" else _PLAIN)}
     return Preset(f"{model}-{size}", LaserConfig, LaserForTranslation, kwargs, recipe)
+
+
+MULTIWAY_FAMILIES = tuple(
+    model for model in JOINT_BPE if getattr(get_preset(model).model_class, "supports_multiway", True)
+)
+"""The families that train on multi-way batches (``--batching multiway``); the others on bilingual ones."""

@@ -3,7 +3,7 @@
 ``Run.open`` (threads, precision, seed, ``TrainingArguments`` joining the process group, the output dir emptied
 under ``--overwrite`` and created, the record started) -> ``Run.plan_batches`` (the micro-batches per update that
 reach the recipe's ``update_tokens``, this rank's curriculum sampler) -> ``Run.fit`` (the ``LaserTrainer``, trained
-from the checkpoint, the model, trainer state, tokenizer and record saved).
+from the checkpoint, the model (in the start's dtype, without pickles), trainer state, tokenizer and record saved).
 
 A family brings its model (whose forward returns its loss), its dataset and collator, and adds its own entries to
 ``Run.record``; ``Run.fit`` is the one place where every family's trainer is built, so a run-wide addition to the
@@ -111,6 +111,33 @@ def plan_batches(
         raise UsageError(f"no training batches from {source}: {err}") from None
 
 
+def cast_state(state: dict[str, torch.Tensor], dtype: torch.dtype) -> dict[str, torch.Tensor] | None:
+    """``state`` with its floating tensors in ``dtype`` (tensors that share storage, tied weights, stay shared); None
+    where a finite value does not fit ``dtype`` (it would load back as inf), with a warning naming the tensor."""
+    cast, done = {}, {}
+    for name, tensor in state.items():
+        if not tensor.is_floating_point() or tensor.dtype == dtype:
+            cast[name] = tensor
+            continue
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape), tensor.stride())
+        if key not in done:
+            done[key] = tensor.to(dtype)
+            if not torch.equal(done[key].isfinite(), tensor.isfinite()):
+                logger.warning("%s does not fit %s: the model is saved as trained (%s)", name, dtype, tensor.dtype)
+                return None
+        cast[name] = done[key]
+    return cast
+
+
+def save_published(model: PreTrainedModel, out: Path, dtype: torch.dtype | None) -> None:
+    """Save ``model`` into the run's folder, the one that gets published: its weights in ``dtype`` (a warm start's
+    stored dtype, e.g. fp16) where they fit, while ``config.dtype`` stays the trained dtype, so that loaders with
+    ``dtype="auto"`` (the default) upcast them and a CPU computes in float32 as before. No pickle: the Trainer's
+    ``training_args.bin`` stays in the checkpoints, with everything else a resume reads."""
+    state = model.state_dict()
+    model.save_pretrained(out, state_dict=(cast_state(state, dtype) if dtype is not None else None) or state)
+
+
 @dataclass
 class Run:
     """An opened run: its spec, preset and recipe, the Trainer settings, the checkpoint it continues (if any), what
@@ -173,14 +200,15 @@ class Run:
         distill_weight: float = 1.0,
         freeze_encoder_steps: int = 0,
         encoder_lr: float | None = None,
+        save_dtype: torch.dtype | None = None,
     ) -> LaserTrainer:
         """Train ``model`` on ``dataset`` (micro-batches of ``sampler``, or a stream of them without one) through
         ``collator`` for ``--max-steps`` updates, from the checkpoint if any (stopped by ``--max-minutes``); save the
         model, the trainer state and ``tokenizer`` into the output dir and, on the main process, list the entries
         the run wrote in its record (for a later ``--overwrite``). ``distill_weight``: of the teacher term of a
         collator that adds the teacher's vectors (``--teacher``). ``freeze_encoder_steps``: updates during which
-        ``model.encoder`` gets no gradient; ``encoder_lr``: its peak learning rate (None: the recipe's). Returns the
-        trainer."""
+        nothing of ``model.encoder`` changes; ``encoder_lr``: its peak learning rate (None: the recipe's);
+        ``save_dtype``: of the saved model's weights (``save_published``; None: as trained). Returns the trainer."""
         callbacks = ([TimeBudgetCallback(self.spec.max_minutes)] if self.spec.max_minutes else []) + (callbacks or [])
         if freeze_encoder_steps:
             callbacks.append(FreezeEncoderCallback(freeze_encoder_steps))
@@ -200,7 +228,8 @@ class Run:
         )
         out = self.out
         trainer.train(resume_from_checkpoint=None if self.checkpoint is None else str(self.checkpoint))
-        trainer.save_model(str(out))
+        if self.main_process:
+            save_published(trainer.accelerator.unwrap_model(trainer.model), out, save_dtype)
         trainer.save_state()
         if self.main_process:
             if tokenizer is not None:

@@ -29,6 +29,7 @@ RUN_FILES = (
     "pytorch_model.bin",
     "training_args.bin",
     "trainer_state.json",
+    "train_log.jsonl",
     "hf_tlaser_train.json",
     "tokenizer.json",
     "tokenizer_config.json",

@@ -121,19 +121,36 @@ class TimeBudgetCallback(TrainerCallback):
 
 
 class FreezeEncoderCallback(TrainerCallback):
-    """``--freeze-encoder-steps N``: ``model.encoder.frozen`` (no gradient, no backward through it) for the first N
-    updates, so that a decoder at random init does not send noise into a pretrained encoder; set from the update
-    count at every update, so a resumed run freezes exactly as the uninterrupted one."""
+    """``--freeze-encoder-steps N``: nothing of ``model.encoder`` changes during the first N updates, so that a decoder
+    at random init does not send noise into a pretrained encoder. ``encoder.frozen`` (its forward builds no graph, so
+    the backward through it costs nothing), and its parameters without ``requires_grad``: a weight it shares with the
+    decoder (a tied output layer) gets no gradient through the decoder either, and the optimizer, which skips a
+    parameter whose ``grad`` is None, moves none of them (no weight decay). Set from the update count at every update
+    (after the optimizer is built with every parameter), so a resumed run freezes exactly as the uninterrupted one;
+    the model is left trainable at the end."""
 
     def __init__(self, steps: int) -> None:
         self.steps = steps
+        self.trainable: list[torch.nn.Parameter] | None = None
+
+    def freeze(self, model: torch.nn.Module, frozen: bool) -> None:
+        """Freeze (or release) ``model.encoder``: its ``frozen`` flag and the parameters it trains."""
+        encoder = model.encoder
+        if self.trainable is None:  # the encoder's parameters that train at all (a part frozen for good stays so)
+            self.trainable = [p for p in encoder.parameters() if p.requires_grad]
+        encoder.frozen = frozen
+        for parameter in self.trainable:
+            parameter.requires_grad_(not frozen)
 
     def on_step_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs):
-        encoder = kwargs["model"].encoder
         frozen = state.global_step < self.steps
-        if encoder.frozen != frozen:
+        if kwargs["model"].encoder.frozen != frozen:
             logger.info("update %d: encoder %s", state.global_step, "frozen" if frozen else "trained from here")
-        encoder.frozen = frozen
+        self.freeze(kwargs["model"], frozen)
+        return control
+
+    def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs):
+        self.freeze(kwargs["model"], False)
         return control
 
 
@@ -159,7 +176,36 @@ class StreamStateCallback(TrainerCallback):
 
 class LogParts:
     """Model outputs of the micro-batches since the last training log, kept as detached tensors (no device sync per
-    micro-batch); a part absent from some micro-batches is averaged over those that had it."""
+    micro-batch); a part absent from some micro-batches is averaged over those that had it. A training log is shown
+    in its ``compact`` form; its full record goes to the run's ``FILE``."""
+
+    SHORT_NAMES = {
+        "loss": "loss",
+        "loss_mt_per_token": "mt",
+        "loss_distance_per_token": "dist",
+        "loss_align": "align",
+        "loss_sim": "sim",
+        "loss_generative": "gen",
+        "loss_smlm": "smlm",
+        "loss_mlm": "mlm",
+        "loss_xtr": "xtr",
+        "loss_distill": "distill",
+        "mean_cosine": "cos",
+        "centered_cosine": "ccos",
+        "distill_cosine": "tcos",
+        "tokens_per_second": "tok/s",
+        "learning_rate": "lr",
+    }
+    """The entries of a training log shown beside the progress bar (loss parts, collapse signals, tokens/s, lr), by
+    their short names."""
+    FILE = "train_log.jsonl"
+    """The run's log in its output dir: every log record in full, one JSON object a line (``trainer_state.json``'s
+    ``log_history`` as it grows)."""
+
+    @classmethod
+    def compact(cls, logs: dict[str, float]) -> dict[str, float]:
+        """The ``SHORT_NAMES`` entries of a training log, by short name, to 4 significant digits."""
+        return {short: float(f"{logs[name]:.4g}") for name, short in cls.SHORT_NAMES.items() if name in logs}
 
     def __init__(self) -> None:
         self._reset()
@@ -340,9 +386,28 @@ class LaserTrainer(Trainer):
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """Add loss parts (per target token), collapse signals, skipped pair losses, translation pairs and target
-        tokens/s to each training log."""
-        if "loss" in logs and self._parts:
-            now = time.monotonic()
-            logs.update(self._parts.flush(now - self._last_log_time))
-            self._last_log_time = now
-        super().log(logs, start_time)
+        tokens/s to each training log. The callbacks (the progress bar) get a training log's ``LogParts.compact``
+        form; the full record goes to ``trainer_state.json``'s log history and, on the main process, to
+        ``LogParts.FILE`` in the output dir (written again from the log history at a process's first log: a resumed
+        run keeps its records up to its checkpoint, a run started over drops the old ones)."""
+        if "loss" not in logs:
+            super().log(logs, start_time)
+        else:
+            if self._parts:
+                now = time.monotonic()
+                logs.update(self._parts.flush(now - self._last_log_time))
+                self._last_log_time = now
+            shown = LogParts.compact(logs)
+            keys = set(shown)
+            super().log(shown, start_time)
+            added = {key: value for key, value in self.state.log_history[-1].items() if key not in keys}
+            self.state.log_history[-1] = {**logs, **added}  # epoch and step, added by Trainer.log
+        if not self.is_world_process_zero():
+            return
+        started = getattr(self, "_log_file_started", False)
+        path = Path(self.args.output_dir) / LogParts.FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a" if started else "w", encoding="utf-8") as file:
+            records = self.state.log_history[-1:] if started else self.state.log_history
+            file.writelines(json.dumps(record) + "\n" for record in records)
+        self._log_file_started = True

@@ -3,9 +3,11 @@ pretrained Hugging Face encoder (SONAR, MEXMA and LaBSE start from one): the bac
 joint BPE, the member's own pooling, decoder, language embedding and losses.
 
 * SPEC: a Hugging Face encoder folder or Hub id, or a sentence-transformers folder (its Transformer module, its
-  pooling as the ``backbone`` pooling choice and its prompt, which the saved tokenizer prepends to every text).
+  pooling as the ``backbone`` pooling choice, its prompt, which the saved tokenizer prepends to every text, and its
+  Dense / Normalize modules after pooling, carried as ``config.sentence_modules``; any other module is refused).
 * The backbone's config is nested in the member's (``config.backbone``); the member's ``hidden_size`` is the
-  backbone's, so the decoder reads the backbone's width.
+  backbone's. The decoder reads the final sentence vector (after the carried modules): the backbone's width, or the
+  last Dense's output width.
 * ``--decoder-vocab targets`` restricts the decoder to the pieces of the training targets (a 99k-250k softmax is
   what decides the speed on a CPU); ``--freeze-encoder-steps`` and ``--encoder-lr`` protect the pretrained space
   from a decoder at random init.
@@ -19,15 +21,30 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
+from safetensors.torch import load_file
 from tokenizers import Tokenizer, processors
-from transformers import AutoConfig, AutoModel, AutoTokenizer, PretrainedConfig, PreTrainedTokenizerFast
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoTokenizer,
+    PretrainedConfig,
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+)
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
 from hf_tlaser.errors import UsageError
+from hf_tlaser.models.common.sentence_embedding import (
+    DEFAULT_ACTIVATION,
+    SENTENCE_MODULES,
+    describe_modules,
+    torch_activation,
+)
 from hf_tlaser.teachers import EVAL_PROMPTS, choose_prompt, model_folder
 from hf_tlaser.tokenization import MODEL_INPUT_NAMES
 
@@ -42,19 +59,33 @@ UNK_WARNING = 0.05
 """Share of ``<unk>`` pieces in a language's text above which the backbone's tokenizer is said to miss it."""
 ST_POOLING = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean"}
 """sentence-transformers pooling modes the members can reproduce."""
+ST_VECTOR = "sentence_embedding"
+"""The sentence-transformers feature that the carried modules read and write."""
 SPECIAL_TOKENS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 DECODER_SPECIALS = ("pad_token", "eos_token", "unk_token", "cls_token", "bos_token")
 """The special tokens a decoder reads or writes (not ``<mask>``, often the last id)."""
 PROMPT_ENTRY = "PROMPT"
 """Name of the prompt's entry in the saved tokenizer's template."""
+SAFETENSORS_DTYPES = {"F16": torch.float16, "BF16": torch.bfloat16, "F32": torch.float32, "F64": torch.float64}
 ENCODER_SIZES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
 """Config fields of the member that the backbone decides (a preset's values for them are ignored)."""
 
 
 @dataclass
+class CarriedModules:
+    """The modules after pooling of a sentence-transformers folder (Dense, Normalize) that the member carries: their
+    ``config.sentence_modules`` entries, in order, and their weights (the state dict of the encoder's
+    ``sentence_head``)."""
+
+    entries: list[dict] = field(default_factory=list)
+    weights: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+@dataclass
 class Backbone:
     """A checked ``--init-from`` SPEC: its (Transformer module's) folder and identity, config, fast tokenizer (with
-    the prompt in its template), the sentence-transformers pooling and prompt (None where it has none)."""
+    the prompt in its template), the sentence-transformers pooling and prompt (None where it has none) and the
+    modules after its pooling that the member carries."""
 
     spec: str
     folder: Path
@@ -63,17 +94,37 @@ class Backbone:
     tokenizer: PreTrainedTokenizerFast
     pooling: str | None
     prompt: str | None
+    carried: CarriedModules = field(default_factory=CarriedModules)
+
+    @property
+    def stored_dtype(self) -> torch.dtype | None:
+        """The dtype of the floating tensors in the backbone's safetensors files, whatever its config says (e5's
+        copy: float16 tensors, a float32 config); None where they hold several or there are none."""
+        stored = set()
+        for path in self.folder.glob("*.safetensors"):
+            with safe_open(path, "pt") as weights:
+                stored |= {weights.get_slice(key).get_dtype() for key in weights.keys()}
+        floating = {SAFETENSORS_DTYPES[name] for name in stored if name in SAFETENSORS_DTYPES}
+        return floating.pop() if len(floating) == 1 else None
+
+    @property
+    def name(self) -> str:
+        """The model's name for the log: the SPEC's last part (``multilingual-e5-small``)."""
+        return Path(self.spec.split("@", 1)[0].rstrip("/\\")).name or self.spec
 
     def describe(self) -> str:
         prompt = f"prompt {self.prompt!r}" if self.prompt else "no prompt"
         pooling = f"its pooling {self.pooling}" if self.pooling else "no pooling of its own"
+        if self.carried.entries:
+            pooling += f", then {describe_modules(self.carried.entries)}"
         return (
             f"{self.config.model_type} {self.identity} ({self.config.hidden_size} wide, "
             f"{self.config.num_hidden_layers} layers, {len(self.tokenizer)} pieces, {pooling}, {prompt})"
         )
 
     def load_into(self, encoder: torch.nn.Module) -> None:
-        """Copy the pretrained weights into ``encoder.backbone``; RuntimeError if a weight of it is missing."""
+        """Copy the pretrained weights into ``encoder.backbone`` (and the carried modules' into
+        ``encoder.sentence_head``); RuntimeError if a weight of it is missing."""
         try:
             pretrained = AutoModel.from_pretrained(self.folder, config=self.config, add_pooling_layer=False)
         except TypeError:  # an encoder class without a pooler option
@@ -81,34 +132,102 @@ class Backbone:
         missing, _ = encoder.backbone.load_state_dict(pretrained.state_dict(), strict=False)
         if missing:
             raise RuntimeError(f"--init-from {self.spec}: no pretrained weights for {missing[:5]}")
+        if self.carried.entries:
+            encoder.sentence_head.load_state_dict(self.carried.weights)
 
 
 def _read_json(path: Path) -> dict | list | None:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
-def sentence_transformers_parts(folder: Path, where: str) -> tuple[Path, str | None, dict, str | None]:
-    """``(transformer folder, pooling, prompts, default prompt name)`` of a sentence-transformers folder; the folder
-    itself, None, {} and None for a plain Hugging Face one. UsageError for a pooling the members cannot reproduce."""
+def st_pooling(folder: Path, where: str) -> str:
+    """The pooling (``cls`` or ``mean``) of a sentence-transformers ``Pooling`` folder; UsageError for another."""
+    settings = _read_json(folder / "config.json") or {}
+    if isinstance(settings.get("pooling_mode"), str):  # sentence-transformers >= 6: "pooling_mode": "mean"
+        modes = [settings["pooling_mode"] if settings["pooling_mode"] in ("cls", "mean") else None]
+    else:  # the pooling_mode_* booleans of earlier releases
+        modes = [ST_POOLING.get(key) for key, on in settings.items() if key.startswith("pooling_mode") and on]
+    if len(modes) != 1 or modes[0] is None:
+        raise UsageError(f"{where}: its pooling {settings} is not one the members reproduce (cls or mean)")
+    return modes[0]
+
+
+def carried_module(kind: str, folder: Path, index: int, where: str) -> tuple[dict, dict[str, torch.Tensor]]:
+    """The ``config.sentence_modules`` entry of a sentence-transformers module after pooling, and its weights under
+    their name in the encoder's ``sentence_head`` (``{index}.linear.weight``); UsageError (one line, naming the
+    module) for one that the member cannot compute as sentence-transformers does."""
+    name = f"its {kind} module ({folder.name or 'the folder itself'})"
+    if kind not in SENTENCE_MODULES:
+        raise UsageError(
+            f"{where}: {name} after pooling cannot be carried into the member (only {' and '.join(SENTENCE_MODULES)} "
+            "can); start from a folder without it"
+        )
+    settings = _read_json(folder / "config.json") or {}
+    ends = {settings.get("module_input_name") or ST_VECTOR, settings.get("module_output_name") or ST_VECTOR}
+    if ends != {ST_VECTOR} or settings.get("use_residual"):
+        raise UsageError(
+            f"{where}: {name} is not a plain {kind} of the sentence vector ({settings}); it cannot be carried"
+        )
+    if kind == "Normalize":
+        return {"type": "Normalize"}, {}
+    activation = settings.get("activation_function") or DEFAULT_ACTIVATION
+    try:
+        torch_activation(activation)
+    except ValueError:
+        raise UsageError(
+            f"{where}: {name} uses the activation {activation!r}; only torch.nn classes are carried"
+        ) from None
+    if (folder / "model.safetensors").is_file():
+        weights = load_file(folder / "model.safetensors")
+    elif (folder / "pytorch_model.bin").is_file():
+        weights = torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
+    else:
+        raise UsageError(f"{where}: {name} has no model.safetensors or pytorch_model.bin")
+    entry = {
+        "type": "Dense",
+        "in_features": int(settings["in_features"]),
+        "out_features": int(settings["out_features"]),
+        "bias": bool(settings.get("bias", True)),
+        "activation_function": activation,
+    }
+    shapes = {"linear.weight": (entry["out_features"], entry["in_features"])}
+    if entry["bias"]:
+        shapes["linear.bias"] = (entry["out_features"],)
+    if {key: tuple(value.shape) for key, value in weights.items()} != shapes:
+        raise UsageError(f"{where}: {name} holds weights {sorted(weights)} that do not match its config.json")
+    return entry, {f"{index}.{key}": value for key, value in weights.items()}
+
+
+def sentence_transformers_parts(folder: Path, where: str) -> tuple[Path, str | None, dict, str | None, CarriedModules]:
+    """``(transformer folder, pooling, prompts, default prompt name, carried modules)`` of a sentence-transformers
+    folder; the folder itself, None, {}, None and no modules for a plain Hugging Face one. UsageError for a first
+    module other than Transformer, a pooling the members cannot reproduce (cls or mean), or after it a module other
+    than Dense and Normalize (which ``carried_module`` reads)."""
     modules = _read_json(folder / "modules.json")
     if not modules:
-        return folder, None, {}, None
-    by_type = {module["type"].rsplit(".", 1)[-1]: module for module in modules}
-    if "Transformer" not in by_type:
-        raise UsageError(f"{where}: its modules.json has no Transformer module to start from")
-    transformer = folder / by_type["Transformer"].get("path", "")
+        return folder, None, {}, None, CarriedModules()
+    kinds = [module["type"].rsplit(".", 1)[-1] for module in modules]
+    if kinds[0] != "Transformer":
+        raise UsageError(f"{where}: its modules.json does not start with a Transformer module to start from")
     pooling = None
-    if "Pooling" in by_type:
-        settings = _read_json(folder / by_type["Pooling"]["path"] / "config.json") or {}
-        if isinstance(settings.get("pooling_mode"), str):  # sentence-transformers >= 6: "pooling_mode": "mean"
-            modes = [settings["pooling_mode"] if settings["pooling_mode"] in ("cls", "mean") else None]
-        else:  # the pooling_mode_* booleans of earlier releases
-            modes = [ST_POOLING.get(key) for key, on in settings.items() if key.startswith("pooling_mode") and on]
-        if len(modes) != 1 or modes[0] is None:
-            raise UsageError(f"{where}: its pooling {settings} is not one the members reproduce (cls or mean)")
-        pooling = modes[0]
+    if kinds[1:2] == ["Pooling"]:
+        pooling = st_pooling(folder / modules[1]["path"], where)
+    carried = CarriedModules()
+    for kind, module in zip(kinds[1 + (pooling is not None) :], modules[1 + (pooling is not None) :]):
+        if pooling is None:
+            raise UsageError(f"{where}: its {kind} module follows the Transformer without a Pooling module")
+        entry, weights = carried_module(kind, folder / module.get("path", ""), len(carried.entries), where)
+        carried.entries.append(entry)
+        carried.weights.update(weights)
     st_config = _read_json(folder / "config_sentence_transformers.json") or {}
-    return transformer, pooling, st_config.get("prompts") or {}, st_config.get("default_prompt_name")
+    transformer = folder / modules[0].get("path", "")
+    return transformer, pooling, st_config.get("prompts") or {}, st_config.get("default_prompt_name"), carried
+
+
+def prompt_pieces(tokenizer: PreTrainedTokenizerBase, prompt: str) -> list[int]:
+    """The pieces of ``prompt`` that the template adds after ``cls`` (a trailing space is the next word's boundary:
+    ``"query: " + text`` tokenizes as ``query:`` then ``▁text``)."""
+    return tokenizer(prompt.rstrip(), add_special_tokens=False)["input_ids"]
 
 
 def with_prompt(tokenizer: PreTrainedTokenizerFast, prompt: str | None) -> PreTrainedTokenizerFast:
@@ -120,8 +239,7 @@ def with_prompt(tokenizer: PreTrainedTokenizerFast, prompt: str | None) -> PreTr
     special = [(token, tokenizer.convert_tokens_to_ids(token)) for token in (cls, eos)]
     front = [cls]
     if prompt:  # one template entry of several pieces (a piece such as ":" cannot name an entry)
-        # a trailing space is the next word's boundary ("query: " + text tokenizes as "query:" then "▁text")
-        pieces = tokenizer(prompt.rstrip(), add_special_tokens=False)["input_ids"]
+        pieces = prompt_pieces(tokenizer, prompt)
         tokens = tokenizer.convert_ids_to_tokens(pieces)
         special.append({"id": PROMPT_ENTRY, "ids": pieces, "tokens": tokens})
         front.append(PROMPT_ENTRY)
@@ -151,7 +269,7 @@ def check_backbone(spec: str, model: str, tokenizer_flag: str | None, prompt_nam
     if tokenizer_flag:
         raise UsageError(f"--init-from trains with the backbone's tokenizer: drop --tokenizer {tokenizer_flag}")
     folder, identity = model_folder(spec, where, hint=INIT_HINT)
-    transformer, pooling, prompts, default_prompt = sentence_transformers_parts(folder, where)
+    transformer, pooling, prompts, default_prompt, carried = sentence_transformers_parts(folder, where)
     if not (transformer / "config.json").is_file():
         raise UsageError(f"{where}: no config.json in {transformer}; give {INIT_HINT}")
     try:
@@ -165,6 +283,14 @@ def check_backbone(spec: str, model: str, tokenizer_flag: str | None, prompt_nam
         raise UsageError(f"{where} is a sequence-to-sequence model ({kind}); give an encoder-only model")
     if kind in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and kind not in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
         raise UsageError(f"{where} is a decoder-only language model ({kind}); give an encoder-only model")
+    causal_heads = set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values()) - set(MODEL_FOR_MASKED_LM_MAPPING_NAMES.values())
+    causal = [name for name in config.architectures or [] if name in causal_heads]
+    if getattr(config, "is_decoder", False) or causal:
+        why = f"architecture {causal[0]}" if causal else "is_decoder=True"
+        raise UsageError(
+            f"{where} is configured as a decoder ({why}): its causal mask hides every later token from each "
+            "position; give an encoder-only model"
+        )
     try:
         tokenizer = AutoTokenizer.from_pretrained(transformer)
     except Exception as err:  # noqa: BLE001
@@ -177,14 +303,19 @@ def check_backbone(spec: str, model: str, tokenizer_flag: str | None, prompt_nam
         if getattr(tokenizer, name) is None:
             raise UsageError(f"{where}: its tokenizer has no {name}; the members need cls, eos and pad tokens")
     _, prompt = choose_prompt(prompts, default_prompt, prompt_name, EVAL_PROMPTS, where)
-    return Backbone(spec, transformer, identity, config, with_prompt(tokenizer, prompt), pooling, prompt)
+    return Backbone(spec, transformer, identity, config, with_prompt(tokenizer, prompt), pooling, prompt, carried)
 
 
 def backbone_overrides(backbone: Backbone, pooling: str, overrides: dict) -> dict:
     """The member's config values that follow the backbone: the nested config, its width and depth (a preset's are
     ignored, with a note), the longest input and the pooling (``backbone``: the sentence-transformers pooling,
-    else the member's ``cls``)."""
+    else the member's ``cls``). The nested config keeps no half-precision ``dtype``: transformers builds a nested
+    model in it, a float16 copy beside a float32 decoder (the copy follows the member's dtype; a float32 one stays, as
+    earlier runs recorded it)."""
     config = backbone.config
+    nested = config.to_dict()
+    if nested.get("dtype") not in (None, "float32"):
+        nested["dtype"] = None
     ignored = sorted(name for name in ENCODER_SIZES if name in overrides)
     if ignored:
         logger.warning("--init-from: the backbone decides %s; the --set values are ignored", ", ".join(ignored))
@@ -193,9 +324,12 @@ def backbone_overrides(backbone: Backbone, pooling: str, overrides: dict) -> dic
     return {
         **overrides,
         **values,
-        "backbone": config.to_dict(),
+        "backbone": nested,
         "max_position_embeddings": int(limit),
         "pooling": (backbone.pooling or "cls") if pooling == "backbone" else pooling,
+        "sentence_modules": backbone.carried.entries or None,
+        "prompt": backbone.prompt,
+        "prompt_ids": prompt_pieces(backbone.tokenizer, backbone.prompt) if backbone.prompt else None,
     }
 
 

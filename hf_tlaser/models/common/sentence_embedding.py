@@ -13,9 +13,11 @@ the standard library, and no other file of the package.
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import json
 import os
+import re
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +26,8 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from safetensors import safe_open
+from safetensors.torch import save_file
 from transformers import AutoConfig, AutoModel, GenerationConfig, GenerationMixin, PreTrainedModel
 from transformers.cache_utils import Cache
 from transformers.utils import ModelOutput, logging
@@ -204,6 +208,11 @@ _LEGACY_POOLING_KEYS = {
     "lasttoken": "pooling_mode_lasttoken",
 }
 _NORMALIZE_MODULE = "sentence_transformers.models.Normalize"
+_DENSE_MODULE = "sentence_transformers.models.Dense"
+SENTENCE_MODULES = ("Dense", "Normalize")
+"""sentence-transformers modules after pooling that a model can carry (``config.sentence_modules``)."""
+DEFAULT_ACTIVATION = "torch.nn.modules.activation.Tanh"
+"""sentence-transformers' ``Dense`` activation when its config names none."""
 
 
 def read_model_config(model_dir: str | os.PathLike) -> dict:
@@ -214,14 +223,26 @@ def read_model_config(model_dir: str | os.PathLike) -> dict:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def embedding_dim(config: dict) -> int:
-    """Sentence-vector size: ``teacher_dim`` with a projection head, else ``hidden_size`` (LASER configs derive it
-    as 2 * lstm_hidden_size)."""
+def token_dim(config: dict) -> int:
+    """Width of the final hidden states that sentence-transformers pools: ``teacher_dim`` with a projection head,
+    else ``hidden_size`` (LASER configs derive it as 2 * lstm_hidden_size)."""
     if config.get("teacher_dim"):
         return int(config["teacher_dim"])
     if "hidden_size" in config:
         return int(config["hidden_size"])
     return 2 * int(config["lstm_hidden_size"])
+
+
+def head_output_dim(modules: list[dict] | None, width: int) -> int:
+    """Width of a pooled vector of ``width`` after the carried modules ``modules`` (``config.sentence_modules``):
+    the last Dense's output, else ``width``."""
+    dense = [int(module["out_features"]) for module in modules or () if module["type"] == "Dense"]
+    return dense[-1] if dense else width
+
+
+def embedding_dim(config: dict) -> int:
+    """Sentence-vector size: the pooled width (``token_dim``) after the carried Dense modules, if any."""
+    return head_output_dim(config.get("sentence_modules"), token_dim(config))
 
 
 def pooling_mode(config: dict) -> str | None:
@@ -290,6 +311,114 @@ def pool_hidden(hidden: torch.Tensor, attention_mask: torch.Tensor, mode: str) -
     return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1)
 
 
+def torch_activation(path: str) -> torch.nn.Module:
+    """The activation that a sentence-transformers ``Dense`` config names by import path (``torch.nn.modules.
+    activation.Tanh``, ``torch.nn.modules.linear.Identity``); ValueError for anything but a ``torch.nn`` module class
+    (no other code is imported)."""
+    module, _, name = path.rpartition(".")
+    found = None
+    if module == "torch.nn" or module.startswith("torch.nn."):
+        try:
+            found = getattr(importlib.import_module(module), name, None)
+        except ImportError:
+            found = None
+    if not (inspect.isclass(found) and issubclass(found, torch.nn.Module)):
+        raise ValueError(f"activation_function {path!r} is not a torch.nn module class")
+    return found()
+
+
+class CarriedDense(torch.nn.Module):
+    """sentence-transformers' ``Dense`` on the sentence vector, ``activation(linear(x))``, with its weight names
+    (``linear.weight``, ``linear.bias``)."""
+
+    def __init__(
+        self, in_features: int, out_features: int, bias: bool = True, activation_function: str = DEFAULT_ACTIVATION
+    ):
+        super().__init__()
+        self.linear = torch.nn.Linear(in_features, out_features, bias=bias)
+        self.activation = torch_activation(activation_function)
+
+    def forward(self, vectors: torch.Tensor) -> torch.Tensor:
+        return self.activation(self.linear(vectors))
+
+
+class CarriedNormalize(torch.nn.Module):
+    """sentence-transformers' ``Normalize``: unit L2 norm."""
+
+    def forward(self, vectors: torch.Tensor) -> torch.Tensor:
+        return F.normalize(vectors, p=2, dim=-1)
+
+
+def sentence_head(config) -> torch.nn.Sequential | None:
+    """The sentence-transformers modules after pooling that a backbone carried (``config.sentence_modules``, each
+    ``{"type": "Dense", "in_features", "out_features", "bias", "activation_function"}`` or ``{"type": "Normalize"}``),
+    in their order, applied to the pooled vector as sentence-transformers applies them; None without any. ValueError
+    for another type or a Dense whose input is not the width before it (``hidden_size`` first)."""
+    modules = getattr(config, "sentence_modules", None)
+    if not modules:
+        return None
+    layers, width = [], config.hidden_size
+    for module in modules:
+        if module.get("type") not in SENTENCE_MODULES:
+            raise ValueError(f"sentence_modules: {module.get('type')!r} is not one of {SENTENCE_MODULES}")
+        if module["type"] == "Normalize":
+            layers.append(CarriedNormalize())
+            continue
+        if module["in_features"] != width:
+            raise ValueError(
+                f"sentence_modules: a Dense reads {module['in_features']} features of a {width}-dim vector"
+            )
+        activation = module.get("activation_function") or DEFAULT_ACTIVATION
+        layers.append(CarriedDense(width, module["out_features"], module.get("bias", True), activation))
+        width = module["out_features"]
+    return torch.nn.Sequential(*layers)
+
+
+def describe_modules(modules: list[dict] | None) -> str:
+    """The carried modules in words: ``Dense 768->768 (Tanh) and Normalize``; "" without any."""
+    return " and ".join(
+        f"Dense {m['in_features']}->{m['out_features']} ({m['activation_function'].rsplit('.', 1)[-1]})"
+        if m["type"] == "Dense"
+        else m["type"]
+        for m in modules or ()
+    )
+
+
+def head_vectors(head: torch.nn.Sequential | None, pooled: torch.Tensor, unit: bool = True) -> torch.Tensor:
+    """The pooled vectors through the carried modules (``sentence_head``); unchanged without any. ``unit=False``
+    leaves out a trailing ``Normalize``: the decoder and the training losses read the vector before it (a scale that
+    the cosine-based losses ignore), so a member trains on e5 exactly as on its encoder without the module, while the
+    published embedding equals the start's."""
+    if head is None:
+        return pooled
+    if not unit and isinstance(head[-1], CarriedNormalize):
+        head = head[:-1]
+    return head(pooled)
+
+
+def repeated_prompt_message(prompt: str) -> str:
+    """The warning for inputs that carry the built-in prompt a second time."""
+    return (
+        f"the input starts with the prompt {prompt!r}, which this model's tokenizer already adds to every text, so "
+        "the model reads it twice: do not pass it again (no prompt= / prompt_name= in sentence-transformers, no "
+        "prefix in the texts)"
+    )
+
+
+def warn_repeated_prompt(model: torch.nn.Module, input_ids: torch.LongTensor) -> None:
+    """Warn once per model (``model.prompt_warned``) when a row of ``input_ids`` reads ``cls``, the built-in prompt
+    (``config.prompt_ids``) and the prompt again: a user who passed the prompt that the tokenizer already adds. One
+    comparison per batch, in eval mode only (training inputs are the collator's)."""
+    prompt = getattr(model.config, "prompt_ids", None)
+    if not prompt or model.training or getattr(model, "prompt_warned", False):
+        return
+    twice = torch.tensor(list(prompt) * 2, device=input_ids.device)
+    if input_ids.shape[1] < 1 + len(twice) or not bool(input_ids[:, 1 : 1 + len(twice)].eq(twice).all(1).any()):
+        return
+    model.prompt_warned = True
+    logger.warning(repeated_prompt_message(model.config.prompt or str(prompt)))
+
+
 def has_sentence_transformers_files(model_dir: str | os.PathLike) -> bool:
     """Whether the folder already has a sentence-transformers layout (``modules.json``)."""
     return (Path(model_dir) / "modules.json").is_file()
@@ -330,30 +459,40 @@ def add_sentence_transformers_files(
     trust_remote_code=True)`` loads the same encoder and returns its per-token final-layer outputs: the sentence
     vector is position 0 for T-LASER and the max over the tokens for LASER.
 
-    ``normalize`` appends a ``Normalize`` module (unit vectors); None keeps the folder's current choice (none for a
-    new folder), True/False rewrite it. ``max_seq_length`` (default: ``max_position_embeddings``) is where
-    sentence-transformers truncates.
+    The modules a backbone carried after pooling (``config.sentence_modules``: Dense, Normalize) follow the pooling in
+    their order, each Dense in its own folder (``config.json`` and ``model.safetensors`` with the model's weights of
+    it), so sentence-transformers computes the model's ``pooler_output``.
+
+    ``normalize`` appends a ``Normalize`` module (unit vectors; not after a carried one); None keeps the folder's
+    current choice (none for a new folder), True/False rewrite it. ``max_seq_length`` (default:
+    ``max_position_embeddings``) is where sentence-transformers truncates.
     """
     folder = Path(model_dir)
     config = read_model_config(folder)
     mode = pooling_mode(config)
     if mode is None:  # sentence-transformers cannot pool like this model: no layout
         return []
-    if normalize is None:
+    carried = config.get("sentence_modules") or []
+    if normalize is None:  # a Normalize after the carried modules is the user's
         modules_path = folder / "modules.json"
         old = json.loads(modules_path.read_text(encoding="utf-8")) if modules_path.is_file() else []
-        normalize = any(module.get("type") == _NORMALIZE_MODULE for module in old)
+        normalize = len(old) > 2 + len(carried) and old[-1].get("type") == _NORMALIZE_MODULE
     modules = [
         {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
         {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
     ]
-    if normalize:
-        modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": _NORMALIZE_MODULE})
-    pooling = {"word_embedding_dimension": embedding_dim(config)}
+    kinds = [module["type"] for module in carried]
+    if normalize and kinds[-1:] != ["Normalize"]:
+        kinds.append("Normalize")
+    for idx, kind in enumerate(kinds, start=len(modules)):
+        module_type = _DENSE_MODULE if kind == "Dense" else _NORMALIZE_MODULE
+        modules.append({"idx": idx, "name": str(idx), "path": f"{idx}_{kind}", "type": module_type})
+    pooling = {"word_embedding_dimension": token_dim(config)}
     pooling.update({key: name == mode for name, key in _LEGACY_POOLING_KEYS.items()})
     pooling["include_prompt"] = True
     length = max_seq_length or int(config.get("max_position_embeddings", 512))
     return [
+        *write_dense_folders(folder, carried, modules[2:]),
         _write_json(folder / "modules.json", modules),
         _write_json(folder / "sentence_bert_config.json", {"max_seq_length": length, "do_lower_case": False}),
         _write_json(folder / "1_Pooling" / "config.json", pooling),
@@ -368,6 +507,52 @@ def add_sentence_transformers_files(
             },
         ),
     ]
+
+
+HEAD_WEIGHT = re.compile(r"(?:^|\.)sentence_head\.(\d+)\.(linear\.(?:weight|bias))$")
+"""A carried Dense's weight in a saved model (``encoder.`` in front in a translation checkpoint)."""
+
+
+def saved_head_weights(folder: Path) -> dict[int, dict[str, torch.Tensor]]:
+    """The carried Dense weights of a saved model folder (``model.safetensors`` or its shards), by module index:
+    ``{0: {"linear.weight": ..., "linear.bias": ...}}``."""
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        files = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+    else:
+        files = ["model.safetensors"]
+    found: dict[int, dict[str, torch.Tensor]] = {}
+    for name in files:
+        if not (folder / name).is_file():
+            raise FileNotFoundError(f"{folder} has no {name}: the carried Dense weights are read from it")
+        with safe_open(str(folder / name), framework="pt") as weights:
+            for key in weights.keys():  # noqa: SIM118 - safe_open is not a mapping
+                match = HEAD_WEIGHT.search(key)
+                if match:
+                    found.setdefault(int(match.group(1)), {})[match.group(2)] = weights.get_tensor(key).contiguous()
+    return found
+
+
+def write_dense_folders(folder: Path, carried: list[dict], entries: list[dict]) -> list[Path]:
+    """Write each carried Dense as sentence-transformers saves one (``config.json``, ``model.safetensors`` with
+    ``linear.weight`` / ``linear.bias``) into its folder of ``entries`` (the modules.json entries after pooling,
+    in the order of ``carried``); return the written paths."""
+    dense = [(i, module) for i, module in enumerate(carried) if module["type"] == "Dense"]
+    if not dense:
+        return []
+    weights = saved_head_weights(folder)
+    written = []
+    for i, module in dense:
+        target = folder / entries[i]["path"]
+        if set(weights.get(i, {})) != {"linear.weight"} | ({"linear.bias"} if module.get("bias", True) else set()):
+            raise ValueError(f"{folder}: the saved weights lack sentence_head.{i} (a Dense of sentence_modules)")
+        settings = {key: module[key] for key in ("in_features", "out_features") if key in module}
+        settings["bias"] = module.get("bias", True)
+        settings["activation_function"] = module.get("activation_function") or DEFAULT_ACTIVATION
+        written.append(_write_json(target / "config.json", settings))
+        save_file(weights[i], str(target / "model.safetensors"), metadata={"format": "pt"})
+        written.append(target / "model.safetensors")
+    return written
 
 
 def cpu_autocast_lacks_rnn() -> bool:
@@ -536,9 +721,11 @@ class SentenceEncoderMixin:
     ``save_pretrained`` that also writes the sentence-transformers layout.
 
     ``frozen`` (set by ``hf-tlaser train --freeze-encoder-steps``): the forward computes no gradient, so none
-    reaches the encoder's weights and its backward costs nothing."""
+    reaches the encoder's weights and its backward costs nothing. ``prompt_warned``: this model has warned that its
+    input repeats the built-in prompt (``warn_repeated_prompt``)."""
 
     frozen: bool = False
+    prompt_warned: bool = False
 
     def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs) -> None:
         """Save, then add the sentence-transformers files (see ``add_sentence_transformers_files``)."""
@@ -578,7 +765,10 @@ class SentenceEncoderMixin:
             tokenizer,
             texts,
             limit=self.config.max_position_embeddings,
-            dim=getattr(self.config, "teacher_dim", None) or self.config.hidden_size,
+            dim=head_output_dim(
+                getattr(self.config, "sentence_modules", None),
+                getattr(self.config, "teacher_dim", None) or self.config.hidden_size,
+            ),
             max_tokens=max_tokens,
             batch_size=batch_size,
             normalize=normalize,
@@ -751,7 +941,8 @@ class TranslationMixin(GenerationMixin):
         return self.config.distance_beta > 0 or self.config.align_loss_weight > 0
 
     def encode_sentences(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
-        """The vectors the decoder reads: the encoder's, before any projection head (``config.teacher_dim``)."""
+        """The vectors the decoder reads: the encoder's sentence vectors (after the modules a backbone carried,
+        ``config.sentence_modules``), before any projection head (``config.teacher_dim``)."""
         encoded = self.encoder(input_ids=input_ids, attention_mask=attention_mask, pooled_only=True, project=False)
         return encoded.pooler_output
 

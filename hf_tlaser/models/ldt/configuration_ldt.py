@@ -66,6 +66,13 @@ class LDTConfig(PretrainedConfig):
             the generative loss's output matrix). None: the paper's encoder, sized by the fields above.
         pooling (`str`, "mean"): the sentence vector: "mean" (sec. 3.1) over the non-pad positions, or "cls" (the
             final output at position 0).
+        sentence_modules (`list[dict]`, None): the sentence-transformers modules after pooling that a backbone
+            carried (Dense, Normalize; see ``TLaserConfig``), applied in order to the pooled vector, which the
+            losses then read. A Dense must keep ``hidden_size`` (the prediction head reads both the token states and
+            the sentence vector). Not with ``teacher_dim``.
+        prompt (`str`, None): the prompt that the saved tokenizer's template adds to every text; passing it again
+            is warned about.
+        prompt_ids (`list[int]`, None): the prompt's pieces, as the template adds them after ``<s>``.
     """
 
     model_type = "ldt"
@@ -97,6 +104,9 @@ class LDTConfig(PretrainedConfig):
         teacher_dim: int | None = None,
         backbone: dict | PretrainedConfig | None = None,
         pooling: str = "mean",
+        sentence_modules: list[dict] | None = None,
+        prompt: str | None = None,
+        prompt_ids: list[int] | None = None,
         **kwargs,
     ):
         self.vocab_size = vocab_size
@@ -122,6 +132,9 @@ class LDTConfig(PretrainedConfig):
         self.mask_token_id = mask_token_id
         self.backbone = backbone.to_dict() if isinstance(backbone, PretrainedConfig) else backbone
         self.pooling = pooling
+        self.sentence_modules = list(sentence_modules) if sentence_modules else None
+        self.prompt = prompt
+        self.prompt_ids = list(prompt_ids) if prompt_ids else None
         super().__init__(pad_token_id=pad_token_id, eos_token_id=eos_token_id, **kwargs)
         self._validate()
 
@@ -144,6 +157,18 @@ class LDTConfig(PretrainedConfig):
             raise ValueError(f"LDTConfig: pooling={self.pooling!r}; expected cls or mean")
         if self.backbone is not None and self.backbone.get("hidden_size", self.hidden_size) != self.hidden_size:
             raise ValueError(f"LDTConfig: hidden_size={self.hidden_size} differs from the backbone's")
+        if self.sentence_modules and self.teacher_dim is not None:
+            raise ValueError(
+                "LDTConfig: teacher_dim (a head before pooling) and the backbone's sentence_modules (Dense / "
+                "Normalize after pooling) cannot both shape the sentence vector; distil from a teacher of the "
+                "vector's width"
+            )
+        widths = [m["out_features"] for m in self.sentence_modules or () if m.get("type") == "Dense"]
+        if any(width != self.hidden_size for width in widths):
+            raise ValueError(
+                f"LDTConfig: the backbone's Dense modules give widths {widths}; LDT's prediction head reads "
+                f"hidden_size={self.hidden_size} (use --model tlaser or ctlaser)"
+            )
         if self.max_position_embeddings < 3:
             raise ValueError("LDTConfig: max_position_embeddings must leave room for STR_TAG, a token and </s>")
 

@@ -25,11 +25,14 @@ from .sentence_embedding import (
     backbone_states,
     build_backbone,
     centered_pair_cosine,
+    head_vectors,
     mean_pairwise_cosine,
     pool_hidden,
     project_hidden,
     projection_head,
+    sentence_head,
     stack_padded,
+    warn_repeated_prompt,
 )
 
 try:  # transformers >= 5 tracks which weights were loaded; older versions use torch.nn.init directly
@@ -288,6 +291,7 @@ class LDTModel(SentenceEncoderMixin, LDTPreTrainedModel):
             self.dropout = nn.Dropout(config.dropout)
             self.layers = nn.ModuleList(LDTEncoderLayer(config) for _ in range(config.num_hidden_layers))
         self.projection = projection_head(config)
+        self.sentence_head = sentence_head(config)  # a backbone's Dense / Normalize after pooling
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:
@@ -320,9 +324,11 @@ class LDTModel(SentenceEncoderMixin, LDTPreTrainedModel):
                 training losses read.
 
         Returns:
-            ``last_hidden_state`` [B, S, d] and ``pooler_output`` [B, d], the mean over the non-pad positions.
+            ``last_hidden_state`` [B, S, d] and ``pooler_output`` [B, d], the mean over the non-pad positions
+            (then the modules a backbone carried, ``config.sentence_modules``).
         """
         return_dict = self.config.return_dict if return_dict is None else return_dict
+        warn_repeated_prompt(self, input_ids)
         if attention_mask is None:
             attention_mask = input_ids.ne(self.config.pad_token_id)
         output_hidden_states = bool(output_hidden_states)
@@ -333,6 +339,7 @@ class LDTModel(SentenceEncoderMixin, LDTPreTrainedModel):
                 hidden, hidden_states = backbone_states(self.backbone, input_ids, attention_mask, output_hidden_states)
             hidden = project_hidden(self.projection, hidden, project)
             pooled = pool_hidden(hidden, attention_mask, self.config.pooling)  # mean pooling (sec. 3.1)
+            pooled = head_vectors(self.sentence_head, pooled, unit=project)
         if not return_dict:
             return tuple(x for x in (hidden, pooled, hidden_states) if x is not None)
         return BaseModelOutputWithPooling(last_hidden_state=hidden, pooler_output=pooled, hidden_states=hidden_states)

@@ -79,6 +79,15 @@ class TLaserConfig(PretrainedConfig):
         sampled_softmax (`int`, 0): in training, score only the rows of the batch's target tokens and this many
             rows drawn uniformly, instead of the whole decoder vocabulary (evaluation and ``generate`` score all).
             0: the full softmax.
+        sentence_modules (`list[dict]`, None): the sentence-transformers modules after pooling that a backbone
+            carried (``--init-from`` a sentence-transformers folder such as LaBSE's): ``{"type": "Dense",
+            "in_features", "out_features", "bias", "activation_function"}`` (a ``torch.nn`` class path) or
+            ``{"type": "Normalize"}``, applied in order to the pooled vector, so ``pooler_output``, ``encode`` and
+            the saved sentence-transformers layout give the backbone's sentence vector. The decoder reads that final
+            vector: its width is the last Dense's output. Not with ``teacher_dim``.
+        prompt (`str`, None): the prompt that the saved tokenizer's template adds to every text (a
+            sentence-transformers backbone's, e.g. e5's ``"query: "``); passing it again is warned about.
+        prompt_ids (`list[int]`, None): the prompt's pieces, as the template adds them after ``<s>``.
     """
 
     model_type = "tlaser"
@@ -128,6 +137,9 @@ class TLaserConfig(PretrainedConfig):
         decoder_vocab_size: int | None = None,
         tie_decoder_to_encoder: bool = False,
         sampled_softmax: int = 0,
+        sentence_modules: list[dict] | None = None,
+        prompt: str | None = None,
+        prompt_ids: list[int] | None = None,
         **kwargs,
     ):
         self.vocab_size = vocab_size
@@ -169,6 +181,9 @@ class TLaserConfig(PretrainedConfig):
         self.decoder_vocab_size = decoder_vocab_size
         self.tie_decoder_to_encoder = tie_decoder_to_encoder
         self.sampled_softmax = sampled_softmax
+        self.sentence_modules = list(sentence_modules) if sentence_modules else None
+        self.prompt = prompt
+        self.prompt_ids = list(prompt_ids) if prompt_ids else None
         super().__init__(
             decoder_start_token_id=decoder_start_token_id,  # transformers 4.x's PretrainedConfig sets it
             pad_token_id=pad_token_id,
@@ -201,6 +216,12 @@ class TLaserConfig(PretrainedConfig):
             raise ValueError("TLaserConfig: backbone must be a config dict with its model_type (config.to_dict())")
         if self.backbone is not None and self.backbone.get("hidden_size", self.hidden_size) != self.hidden_size:
             raise ValueError(f"TLaserConfig: hidden_size={self.hidden_size} differs from the backbone's")
+        if self.sentence_modules and self.teacher_dim is not None:
+            raise ValueError(
+                "TLaserConfig: teacher_dim (a head before pooling) and the backbone's sentence_modules (Dense / "
+                "Normalize after pooling) cannot both shape the sentence vector; distil from a teacher of the "
+                "vector's width"
+            )
         if self.tie_decoder_to_encoder and self.backbone is None:
             raise ValueError("TLaserConfig: tie_decoder_to_encoder needs a backbone of the decoder's width")
         if self.max_position_embeddings < 3:

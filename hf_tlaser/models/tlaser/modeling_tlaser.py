@@ -20,9 +20,13 @@ from .sentence_embedding import (
     TranslationMixin,
     backbone_states,
     build_backbone,
+    head_output_dim,
+    head_vectors,
     pool_hidden,
     project_hidden,
     projection_head,
+    sentence_head,
+    warn_repeated_prompt,
 )
 
 try:  # transformers >= 5 tracks which weights were loaded; older versions use torch.nn.init directly
@@ -197,7 +201,9 @@ class TLaserModel(SentenceEncoderMixin, TLaserPreTrainedModel):
     """The T-LASER encoder. ``pooler_output`` (final LayerNorm output at the STR_TAG position) is the embedding.
 
     With ``config.backbone`` (``hf-tlaser train --init-from``) a pretrained Hugging Face encoder replaces the layers:
-    its ``<s>`` is STR_TAG, and ``config.pooling`` chooses position 0 or the mean of its final states."""
+    its ``<s>`` is STR_TAG, and ``config.pooling`` chooses position 0 or the mean of its final states; the modules
+    a sentence-transformers backbone has after pooling (``config.sentence_modules``: Dense, Normalize) then shape
+    ``pooler_output`` as there (``sentence_head``), while ``last_hidden_state`` stays the per-token states."""
 
     # a translation checkpoint also holds the decoder: loading the encoder alone skips it quietly
     _keys_to_ignore_on_load_unexpected = [r"^decoder\.", r"^lm_head\.", r"^decoder_vocab_ids$"]
@@ -213,6 +219,7 @@ class TLaserModel(SentenceEncoderMixin, TLaserPreTrainedModel):
             self.layers = nn.ModuleList(TLaserEncoderLayer(config) for _ in range(config.num_hidden_layers))
             self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.projection = projection_head(config)
+        self.sentence_head = sentence_head(config)
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:
@@ -242,10 +249,12 @@ class TLaserModel(SentenceEncoderMixin, TLaserPreTrainedModel):
             pooled_only: the last layer computes position 0 only (the paper's "sixth layer is entirely dedicated to
                 refining H6[t0]"); ``last_hidden_state`` is then [B, 1, d]. Ignored with ``output_hidden_states``, a
                 backbone or mean pooling.
-            project: apply the projection head (``config.teacher_dim``) to the final states; False: the decoder's.
+            project: apply the projection head (``config.teacher_dim``) to the final states and a carried trailing
+                ``Normalize`` to the pooled vector; False: the vectors the decoder and the training losses read.
         """
         output_hidden_states = bool(output_hidden_states)
         return_dict = self.config.return_dict if return_dict is None else return_dict
+        warn_repeated_prompt(self, input_ids)
         if attention_mask is None:
             attention_mask = input_ids.ne(self.config.pad_token_id)
         with torch.set_grad_enabled(torch.is_grad_enabled() and not self.frozen):
@@ -256,6 +265,7 @@ class TLaserModel(SentenceEncoderMixin, TLaserPreTrainedModel):
                 hidden, hidden_states = backbone_states(self.backbone, input_ids, attention_mask, output_hidden_states)
             hidden = project_hidden(self.projection, hidden, project)
             pooled = pool_hidden(hidden, attention_mask, self.config.pooling)
+            pooled = head_vectors(self.sentence_head, pooled, unit=project)
         if not return_dict:
             return tuple(v for v in (hidden, pooled, hidden_states) if v is not None)
         return BaseModelOutputWithPooling(last_hidden_state=hidden, pooler_output=pooled, hidden_states=hidden_states)
@@ -286,7 +296,8 @@ class TLaserDecoderLayer(nn.Module):
 
     def __init__(self, config: TLaserConfig):
         super().__init__()
-        memory_dim = config.hidden_size + (config.lang_embed_dim if config.decoder_lang_mode == "memory" else 0)
+        vector_dim = head_output_dim(config.sentence_modules, config.hidden_size)  # the encoder's final vector
+        memory_dim = vector_dim + (config.lang_embed_dim if config.decoder_lang_mode == "memory" else 0)
         heads = config.decoder_attention_heads
         self.self_attn_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.self_attn = TLaserAttention(config.hidden_size, heads, config.attention_dropout)
@@ -312,7 +323,9 @@ class TLaserDecoderLayer(nn.Module):
 
 
 class TLaserDecoder(nn.Module):
-    """Decoder that reads only the sentence vector and the target-language embedding."""
+    """Decoder that reads only the sentence vector and the target-language embedding. The sentence vector is the
+    encoder's final one: after the modules a backbone carried (``config.sentence_modules``), as wide as their last
+    Dense's output."""
 
     def __init__(self, config: TLaserConfig):
         super().__init__()

@@ -1,0 +1,399 @@
+"""``hf-tlaser embed``: the vectors of every line of a text file, streamed into an embeddings file (format in
+:mod:`hf_tlaser.inference.store`) in bounded memory, resumable, split across machines and processes.
+
+* The model is any SPEC ``hf-tlaser evaluate --reference`` takes (:func:`hf_tlaser.teachers.load_teacher`): an
+  hf_tlaser model folder, or a sentence-transformers folder or Hub id with its prompt.
+* The input is plain or ``.gz`` UTF-8 text, one sentence per line (``--documents whole|sentences``: one document per
+  line, embedded whole, cut to its first 750 words as T-LASER does, or as the mean of its sentences' vectors, as
+  LASER does). An empty line is embedded as the empty text and counted. A line over the model's token length is
+  truncated and counted (sidecar ``truncated``, and a warning), never dropped.
+* A first pass counts the lines and checks that they are UTF-8. Then the lines are read in chunks of
+  ``--chunk-size``; each chunk is tokenized, sorted by length and cut into batches of at most ``--max-tokens``
+  padded tokens and ``--batch-size`` rows; its vectors are written in input order into a preallocated
+  ``PATH.partial`` and the chunk is logged as done. ``--resume`` continues a killed run at its first chunk not
+  done; at the end the file is renamed to ``PATH`` and its sidecar written.
+* ``--shard I/N`` (0-based I) embeds the I-th of N contiguous runs of whole chunks, so that a scheduler's job array
+  splits the work (docs/embed_and_mine.md); ``read_embeddings`` joins the shard files.
+* Under ``accelerate launch`` (several GPUs, or CPU processes) the processes take the chunks in turn and write
+  their rows into one file; the first process finishes it.
+
+Chunks are cut at the same lines whatever the shard or process, so a sharded, multi-process or resumed run gives the
+rows that one run gives.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import itertools
+import logging
+import math
+import re
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from hf_tlaser.data.batching import pack_chunk
+from hf_tlaser.data.lengths import token_counts
+from hf_tlaser.data.readers import iter_lines
+from hf_tlaser.encoding import DOCUMENT_MODES, split_sentences
+from hf_tlaser.errors import UsageError
+from hf_tlaser.evaluation.encoder import DOCUMENT_WORDS
+from hf_tlaser.hardware import PRECISIONS, resolve_precision
+from hf_tlaser.teachers.loading import (
+    AUTO,
+    EVAL_PROMPTS,
+    VECTORS_PREFIX,
+    HfTlaserTeacher,
+    SentenceTransformerTeacher,
+    Teacher,
+    load_teacher,
+)
+from hf_tlaser.version import __version__
+
+from .store import DTYPES, EmbeddingsWriter
+
+logger = logging.getLogger(__name__)
+
+MODEL_HELP = "an hf_tlaser model folder (hf-tlaser train --output-dir), or a sentence-transformers folder or Hub id"
+
+
+# ---------------------------------------------------------------------------------------------------- the plan
+
+
+def parse_shard(text: str | None) -> tuple[int, int] | None:
+    """``"I/N"`` -> ``(I, N)`` with 0 <= I < N (None: no sharding); ``UsageError`` otherwise."""
+    if text is None:
+        return None
+    match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
+    if not match:
+        raise UsageError(f"--shard {text}: expected I/N, e.g. 0/8 (0-based I, as SLURM_ARRAY_TASK_ID of --array=0-7)")
+    index, count = int(match[1]), int(match[2])
+    if count < 1 or index >= count:
+        last = f"0 to {count - 1}" if count else "at least 1 for N"
+        raise UsageError(f"--shard {text}: I must be {last} (0-based, as SLURM_ARRAY_TASK_ID of --array=0-{count - 1})")
+    return index, count
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Which input lines this run embeds: chunks ``first..last-1`` of ``chunk_size`` lines of the whole file (the
+    same cut for every shard and process), i.e. lines ``start..stop-1``."""
+
+    lines: int
+    chunk_size: int
+    first: int
+    last: int
+
+    @property
+    def start(self) -> int:
+        return min(self.first * self.chunk_size, self.lines)
+
+    @property
+    def stop(self) -> int:
+        return min(self.last * self.chunk_size, self.lines)
+
+    @property
+    def chunks(self) -> int:
+        return self.last - self.first
+
+    def bounds(self, chunk: int) -> tuple[int, int]:
+        """Input lines ``[begin, end)`` of the run's ``chunk``-th chunk (0-based within the run)."""
+        begin = (self.first + chunk) * self.chunk_size
+        return begin, min(begin + self.chunk_size, self.lines)
+
+
+def plan_lines(lines: int, chunk_size: int, shard: tuple[int, int] | None) -> Plan:
+    """The chunks of shard ``I/N`` (None: all): the I-th of N contiguous runs of whole chunks, as even as chunks
+    allow (a shard gets none when N exceeds the number of chunks)."""
+    total = math.ceil(lines / chunk_size)
+    index, count = shard or (0, 1)
+    return Plan(lines, chunk_size, index * total // count, (index + 1) * total // count)
+
+
+def read_chunks(path: Path, plan: Plan) -> Iterator[tuple[int, list[str]]]:
+    """``(chunk, its lines)`` for every chunk of ``plan``, read in one pass."""
+    lines = itertools.islice(iter_lines(path), plan.start, plan.stop)
+    for chunk in range(plan.chunks):
+        begin, end = plan.bounds(chunk)
+        yield chunk, list(itertools.islice(lines, end - begin))
+
+
+# ---------------------------------------------------------------------------------------------------- the model
+
+
+class Embedder:
+    """A loaded model SPEC with what batching and truncation counts need: its tokenizer, token limit and prompt."""
+
+    def __init__(self, teacher: Teacher, documents: str | None, max_tokens: int, batch_size: int) -> None:
+        if isinstance(teacher, SentenceTransformerTeacher):
+            self.tokenizer, self.limit = teacher.model.tokenizer, teacher.model.max_seq_length
+        elif isinstance(teacher, HfTlaserTeacher):
+            self.tokenizer, self.limit = teacher.embed.tokenizer, teacher.embed.model.config.max_position_embeddings
+            teacher.embed.max_tokens = max(teacher.embed.max_tokens, max_tokens)  # our batches are not cut again
+        else:
+            raise UsageError(f"--model {teacher.spec}: {teacher.kind} is not a model; give {MODEL_HELP}")
+        self.teacher, self.documents = teacher, documents
+        self.max_tokens, self.batch_size = max_tokens, batch_size
+        self.prompt = teacher.prompt or ""
+
+    @property
+    def fingerprint(self) -> str:
+        """Hash of the model's files (the teachers' fingerprint) and the prompt: what determines the vectors."""
+        return hashlib.sha256(f"{self.teacher.fingerprint}\0{self.prompt}".encode()).hexdigest()
+
+    def _encode(self, texts: list[str], progress) -> tuple[np.ndarray, np.ndarray]:
+        """float32 vectors of ``texts`` in input order, length-sorted batches; which texts were truncated."""
+        lengths = np.asarray(token_counts([self.prompt + t for t in texts], self.tokenizer, add_special_tokens=True))
+        over = lengths > self.limit
+        lengths = np.minimum(lengths, self.limit)
+        ones = np.ones(len(texts), dtype=np.int64)
+        batches = pack_chunk(np.arange(len(texts)), lengths, lengths, ones, ones, self.max_tokens, self.batch_size)
+        out = np.empty((len(texts), self.teacher.dim), dtype=np.float32)
+        for batch in batches:
+            out[batch] = self.teacher.encode([texts[i] for i in batch], batch_size=len(batch))
+            if progress is not None:
+                progress.update(len(batch))
+        return out, over
+
+    def __call__(self, lines: list[str], progress=None) -> tuple[np.ndarray, int]:
+        """float32 [len(lines), dim] in input order and the number of lines truncated; ``progress`` (tqdm) counts
+        lines."""
+        if self.documents is None:
+            vectors, over = self._encode(lines, progress)
+            return vectors, int(over.sum())
+        if self.documents == "whole":
+            cut = np.asarray([len(doc.split()) > DOCUMENT_WORDS for doc in lines])
+            texts = [" ".join(doc.split()[:DOCUMENT_WORDS]) if c else doc for doc, c in zip(lines, cut)]
+            vectors, over = self._encode(texts, None)
+            truncated = int((cut | over).sum())
+        else:
+            pieces = [split_sentences(doc) for doc in lines]
+            owner = np.repeat(np.arange(len(lines)), [len(p) for p in pieces])
+            flat, over = self._encode([s for p in pieces for s in p], None)
+            vectors = np.zeros((len(lines), flat.shape[1]), dtype=np.float64)
+            np.add.at(vectors, owner, flat)
+            vectors = (vectors / np.bincount(owner, minlength=len(lines))[:, None]).astype(np.float32)
+            truncated = len(np.unique(owner[over]))
+        if progress is not None:
+            progress.update(len(lines))
+        return vectors, truncated
+
+
+# ---------------------------------------------------------------------------------------------------- the command
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``hf-tlaser embed`` argument parser."""
+    parser = argparse.ArgumentParser(
+        prog="hf-tlaser embed",
+        description="Embed every line of a text file into PATH.npy (float16/32 [lines, dim], np.load(PATH, "
+        "mmap_mode='r')) and its sidecar PATH.npy.json; streams in bounded memory, resumes, shards across jobs, and "
+        "runs several processes under accelerate launch. See docs/embed_and_mine.md.",
+    )
+    parser.add_argument("--model", required=True, metavar="SPEC", help=f"the model: {MODEL_HELP}")
+    parser.add_argument(
+        "--input", required=True, metavar="FILE", help="UTF-8 text, plain or .gz, one sentence (or document) a line"
+    )
+    parser.add_argument("--output", required=True, metavar="PATH.npy", help="the embeddings file to write")
+    parser.add_argument(
+        "--prompt",
+        default=AUTO,
+        metavar="NAME",
+        help="sentence-transformers prompt: auto (the model's 'query' prompt when it has one, e5's for symmetric "
+        "tasks such as bitext mining, else its default prompt), none, or a prompt name (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--documents",
+        choices=DOCUMENT_MODES,
+        help=f"each line is a document: whole (one sequence, its first {DOCUMENT_WORDS} words, as T-LASER) or "
+        "sentences (the mean of its sentences' vectors, as LASER)",
+    )
+    parser.add_argument("--dtype", choices=DTYPES, default="float32", help="stored dtype (default: %(default)s)")
+    parser.add_argument("--normalize", action="store_true", help="scale every vector to unit length")
+    parser.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default="auto",
+        help="forward precision; auto: bf16 where the device runs it natively, else fp32 (default: %(default)s)",
+    )
+    parser.add_argument("--batch-size", type=int, default=128, help="rows per batch at most (default: %(default)s)")
+    parser.add_argument(
+        "--max-tokens", type=int, default=8192, help="padded tokens per batch at most (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--chunk-size",
+        type=int,
+        default=10_000,
+        help="lines read, length-sorted and written at a time: bounds memory, and what a killed run loses at most "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--shard",
+        metavar="I/N",
+        help="embed the I-th (0-based) of N contiguous slices of whole chunks, e.g. $SLURM_ARRAY_TASK_ID/8",
+    )
+    parser.add_argument(
+        "--resume", action="store_true", help="continue an interrupted run of the same arguments at its last chunk"
+    )
+    return parser
+
+
+def check_args(args: argparse.Namespace) -> tuple[Path, Path, tuple[int, int] | None]:
+    """The checks that need neither the model nor more than a glance at the files; input, output and shard."""
+    for flag in ("batch_size", "max_tokens", "chunk_size"):
+        if getattr(args, flag) < 1:
+            raise UsageError(f"--{flag.replace('_', '-')} {getattr(args, flag)}: must be at least 1")
+    shard = parse_shard(args.shard)
+    if args.model.startswith(VECTORS_PREFIX):
+        raise UsageError(f"--model {args.model}: a vectors: file is not a model; give {MODEL_HELP}")
+    source = Path(args.input).expanduser()
+    if not source.is_file():
+        problem = "is a folder" if source.is_dir() else "no such file"
+        raise UsageError(f"--input {args.input}: {problem}; give a text file, one sentence a line (plain or .gz)")
+    if source.stat().st_size == 0:
+        raise UsageError(f"--input {args.input}: empty file; nothing to embed")
+    output = Path(args.output).expanduser()
+    if output.suffix != ".npy":
+        raise UsageError(f"--output {args.output}: give a path ending in .npy")
+    if not output.parent.is_dir():
+        raise UsageError(f"--output {args.output}: no folder {output.parent}; create it first")
+    return source, output, shard
+
+
+def count_lines(source: Path, argument: str = "--input") -> int:
+    """The input's line count, every line decoded (``UsageError`` naming the first line that is not UTF-8)."""
+    try:
+        lines = sum(1 for _ in iter_lines(source))
+    except UsageError as err:
+        raise UsageError(f"{argument} {err}; convert the file to UTF-8 (iconv -f ENCODING -t UTF-8)") from None
+    except (OSError, EOFError) as err:  # a damaged .gz
+        raise UsageError(f"{argument} {source}: unreadable ({err})") from None
+    if lines == 0:
+        raise UsageError(f"{argument} {source}: no lines; nothing to embed")
+    return lines
+
+
+def distributed_state():
+    """``accelerate``'s process state: one process, or those of ``accelerate launch`` (CPU processes over gloo
+    where there is no GPU)."""
+    from accelerate import PartialState
+
+    return PartialState(cpu=not torch.cuda.is_available())
+
+
+def run(args: argparse.Namespace) -> dict | None:
+    """Embed ``args.input`` into ``args.output``; the run's summary on the first process (None on the others)."""
+    source, output, shard = check_args(args)
+    finished = EmbeddingsWriter.check_output(output, args.resume)
+    if finished:
+        return {"output": str(output), "status": "already finished (--resume has nothing to do)"}
+    lines = count_lines(source)
+    plan = plan_lines(lines, args.chunk_size, shard)
+    state = distributed_state()
+    device = state.device
+    precision = resolve_precision(args.precision, device).precision
+    teacher = load_teacher(
+        args.model, prompt_name=args.prompt, prefer=EVAL_PROMPTS, device=device, precision=precision, argument="--model"
+    )
+    embedder = Embedder(teacher, args.documents, args.max_tokens, args.batch_size)
+    settings = dict(
+        model=args.model,
+        fingerprint=embedder.fingerprint,
+        dim=teacher.dim,
+        dtype=args.dtype,
+        normalized=args.normalize,
+        input=str(args.input),
+        input_size=source.stat().st_size,
+        input_lines=lines,
+        start=plan.start,
+        stop=plan.stop,
+        shard=list(shard) if shard else None,
+        chunk_size=args.chunk_size,
+        prompt=teacher.prompt,
+        precision=precision,
+        documents=args.documents,
+    )
+    state.wait_for_everyone()  # every process has checked the output before the first creates PATH.partial
+    if state.is_main_process:
+        EmbeddingsWriter.prepare(output, plan.stop - plan.start, teacher.dim, args.dtype, settings, args.resume)
+    state.wait_for_everyone()
+    writer = EmbeddingsWriter(output, rank=state.process_index)
+    done = writer.finished()
+    remaining = [c for c in range(plan.chunks) if c not in done]
+    own = {c for c in remaining if c % state.num_processes == state.process_index}
+    todo = sum(plan.bounds(c)[1] - plan.bounds(c)[0] for c in own)
+    where = f"lines {plan.start}-{plan.stop - 1} of {lines}" + (f", shard {shard[0]}/{shard[1]}" if shard else "")
+    logger.info("embedding %s with %s (%s, %s) into %s", where, teacher.describe(), precision, args.dtype, output)
+    if done:
+        logger.info("resumed: %d of %d chunks were done", len(done), plan.chunks)
+    if not plan.chunks:
+        logger.warning("%s: more shards than chunks of --chunk-size lines; this shard is empty", args.shard)
+    rank = f" [process {state.process_index}/{state.num_processes}]" if state.num_processes > 1 else ""
+    progress = tqdm(total=todo, unit="line", desc=f"embed{rank}", disable=not state.is_local_main_process)
+    started = time.perf_counter()
+    for chunk, texts in read_chunks(source, plan):
+        if chunk not in own:
+            continue
+        vectors, truncated = embedder(texts, progress)
+        if args.normalize:
+            vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+        empty = sum(1 for text in texts if not text.strip())
+        offset = plan.bounds(chunk)[0] - plan.start
+        writer.write_chunk(chunk, offset, vectors.astype(args.dtype), truncated=truncated, empty=empty)
+    progress.close()
+    state.wait_for_everyone()
+    seconds = time.perf_counter() - started
+    if not state.is_main_process:
+        return None
+    meta = dict(
+        settings,
+        model_identity=teacher.identity,
+        prompt_name=teacher.prompt_name,
+        count=plan.stop - plan.start,
+        lines=plan.stop - plan.start,
+        hf_tlaser_version=__version__,
+    )
+    meta = writer.finish(plan.chunks, meta)
+    embedded = sum(plan.bounds(c)[1] - plan.bounds(c)[0] for c in remaining)  # by every process, this run
+    if meta["truncated"]:
+        logger.warning(
+            "%d lines were longer than the model's %d tokens and were truncated", meta["truncated"], embedder.limit
+        )
+    return {
+        "output": str(output),
+        "rows": meta["count"],
+        "dim": teacher.dim,
+        "truncated": meta["truncated"],
+        "empty": meta["empty"],
+        "processes": state.num_processes,
+        "seconds": round(seconds, 2),
+        "lines_per_second": round(embedded / max(seconds, 1e-9), 1),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``hf-tlaser embed``: 0 on success, 2 with one line on stderr for a usage mistake."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    try:
+        summary = run(args)
+    except UsageError as error:
+        print(f"hf-tlaser embed: error: {error}", file=sys.stderr)
+        return 2
+    finally:
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()  # a clean exit under accelerate launch / torchrun
+    if summary:
+        print("\n".join(f"{key}: {value}" for key, value in summary.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""Every ``hf-tlaser train`` flag declares the families (``--model``) that take it (``RunSpec`` field metadata); any
+other family refuses it, when given (a value other than its default), with one line and exit code 2 before any data
+is read. ``TAKES`` and ``VALUES`` are the expected table, written out here: a declaration changed in ``spec.py`` fails
+the table."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import fields
+
+import pytest
+
+from hf_tlaser.training.cli import main
+from hf_tlaser.training.presets import MODELS, WARM_RECIPE, get_preset
+from hf_tlaser.training.spec import RunSpec
+
+JOINT = ("tlaser", "ctlaser", "laser1", "laser6", "claser6", "yu2018", "ldt")
+TRANSFORMER = ("tlaser", "ctlaser", "ldt")
+TAKES = {
+    "pivots": JOINT,
+    "streaming": JOINT,
+    "shuffle_buffer": JOINT,
+    "tokenizer": JOINT,
+    "nmt_steps": ("cnv",),
+    "nmt_pair": ("cnv",),
+    "teacher": JOINT,
+    "distill_weight": JOINT,
+    "teacher_cache": JOINT,
+    "init_from": TRANSFORMER,
+    "pooling": TRANSFORMER,
+    "decoder_vocab": ("tlaser", "ctlaser"),
+    "freeze_encoder_steps": TRANSFORMER,
+    "encoder_lr": JOINT,
+}
+"""The flags that only some families take; every other flag is taken by all of them."""
+VALUES = {("batching", "multiway"): ("tlaser", "ctlaser", "laser1", "laser6", "claser6")}
+"""The values of a flag that only some families take."""
+SAMPLES = {
+    "pivots": ["--pivots", "de"],
+    "streaming": ["--streaming"],
+    "shuffle_buffer": ["--shuffle-buffer", "5"],
+    "tokenizer": ["--tokenizer", "/nonexistent/tok"],
+    "nmt_steps": ["--nmt-steps", "3"],
+    "nmt_pair": ["--nmt-pair", "/nonexistent/a,/nonexistent/b"],
+    "teacher": ["--teacher", "/nonexistent/teacher"],
+    "distill_weight": ["--distill-weight", "0.5"],
+    "teacher_cache": ["--teacher-cache", "none"],
+    "init_from": ["--init-from", "/nonexistent/backbone"],
+    "pooling": ["--pooling", "mean"],
+    "decoder_vocab": ["--decoder-vocab", "full"],
+    "freeze_encoder_steps": ["--freeze-encoder-steps", "2"],
+    "encoder_lr": ["--encoder-lr", "1e-4"],
+    ("batching", "multiway"): ["--batching", "multiway"],
+}
+"""A value other than the default, for each row of the table."""
+NO_DATA = "/nonexistent/corpora"
+REFUSED = [(flag, model) for flag, takers in {**TAKES, **VALUES}.items() for model in MODELS if model not in takers]
+
+
+def flag_text(flag: str | tuple[str, str]) -> str:
+    name, value = flag if isinstance(flag, tuple) else (flag, None)
+    return f"--{name.replace('_', '-')}" + (f" {value}" if value else "")
+
+
+def error_lines(capsys) -> list[str]:
+    return [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+
+
+def test_every_flag_declares_its_families():
+    """A field without a declaration (a new flag) fails here, and so does a declaration that differs from the
+    table."""
+    for item in fields(RunSpec):
+        families = item.metadata.get("families")
+        assert families and set(families) <= set(MODELS), item.name
+    declared = {item.name: item.metadata for item in fields(RunSpec)}
+    assert {name: meta["families"] for name, meta in declared.items() if meta["families"] != MODELS} == TAKES
+    values = {(name, value): takers for name, meta in declared.items() for value, takers in meta["values"].items()}
+    assert values == VALUES
+    assert set(SAMPLES) == set(TAKES) | set(VALUES)
+
+
+@pytest.mark.parametrize(("flag", "model"), REFUSED, ids=[f"{flag_text(f)}-{m}" for f, m in REFUSED])
+def test_a_family_refuses_a_flag_it_does_not_take(tmp_path, capsys, flag, model):
+    """One line naming the flag, the family and the families that take it, before the (missing) data dir is read."""
+    out = tmp_path / "out"
+    argv = ["--model", model, "--output-dir", str(out), "--data-dir", NO_DATA, *SAMPLES[flag]]
+    assert main(argv) == 2
+    takers = ", ".join(TAKES.get(flag) or VALUES[flag])
+    expected = f"hf-tlaser train: error: {flag_text(flag)} is an option of --model {takers}, not of --model {model}"
+    assert error_lines(capsys) == [expected]
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("flag", "model"),
+    [
+        ("nmt_steps", "cnv"),
+        ("pivots", "ctlaser"),
+        ("streaming", "yu2018"),
+        ("pooling", "ldt"),
+        ("decoder_vocab", "tlaser"),
+        ("freeze_encoder_steps", "ldt"),
+        ("encoder_lr", "laser6"),
+        (("batching", "multiway"), "laser1"),
+    ],
+    ids=flag_text,
+)
+def test_a_family_takes_its_flags(tmp_path, capsys, flag, model):
+    """Past the family check: the run stops at the next cheap check, the missing data dir."""
+    argv = ["--model", model, "--output-dir", str(tmp_path / "out"), "--data-dir", NO_DATA, "--pairs", "de-en"]
+    assert main(argv + SAMPLES[flag]) == 2
+    (line,) = error_lines(capsys)
+    assert f"data dir {NO_DATA}" in line, line
+
+
+def test_a_flag_at_its_default_is_not_given():
+    RunSpec(output_dir="x", model="cnv", pivots="en,es", shuffle_buffer=10_000, distill_weight=1.0).check_families()
+    RunSpec(output_dir="x", model="ldt", batching="pair", streaming=False).check_families()
+
+
+def test_config_file_values_are_checked_too(tmp_path, capsys):
+    config = tmp_path / "run.json"
+    config.write_text(json.dumps({"model": "cnv", "pairs": "de-en", "teacher": "x"}))
+    assert main(["--config", str(config), "--output-dir", str(tmp_path / "out"), "--data-dir", NO_DATA]) == 2
+    assert error_lines(capsys) == [f"hf-tlaser train: error: --teacher is an option of --model {', '.join(JOINT)}, "
+                                   "not of --model cnv"]  # fmt: skip
+    config.write_text(json.dumps({"model": "xlaser"}))
+    assert main(["--config", str(config), "--output-dir", str(tmp_path / "out")]) == 2
+    assert error_lines(capsys) == [f"hf-tlaser train: error: --model xlaser: expected one of {', '.join(MODELS)}"]
+
+
+def test_the_warm_recipe_only_where_init_from_is_taken():
+    cnv = get_preset("cnv", "tiny")
+    spec = RunSpec(output_dir="x", model="cnv", init_from="e5")
+    assert spec.recipe(cnv) == cnv.recipe and spec.encoder_schedule == (0, None)
+    ctlaser = get_preset("ctlaser", "tiny")
+    assert RunSpec(output_dir="x", init_from="e5").recipe(ctlaser).max_tokens == WARM_RECIPE["max_tokens"]

@@ -1,0 +1,214 @@
+"""Behaviour that the mutation run of issue 34 (``scripts/mutation.py``, docs/testing.md) found unpinned in the core
+modules: the teacher cache's folder layout, its lookup past the last key and its longest-first order; an empty
+encode; the ``vectors:`` file's errors; a Hub id's snapshot; the warm start's pooling check, special tokens and
+ignored sizes; a multi-way group's pivot and the distillation collator's group. No model weights: a teacher that
+computes vectors from the text, and backbone folders of a config and a tokenizer only."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+
+import numpy as np
+import pytest
+import torch
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast, XLMRobertaConfig
+
+from hf_tlaser import TLaserConfig, TLaserForTranslation
+from hf_tlaser.errors import UsageError
+from hf_tlaser.teachers import Teacher, TeacherCache, load_teacher, model_folder, text_keys, write_vectors
+from hf_tlaser.teachers.vectors import KEY_DTYPE
+from hf_tlaser.training.distill import DistillCollator, pivot_of_group
+from hf_tlaser.training.trainer import DISTILL_INPUTS
+from hf_tlaser.training.warm import backbone_overrides, check_backbone, sentence_transformers_parts
+
+WORDS = ["hello", "world", "again", "test"]
+
+
+class TextTeacher(Teacher):
+    """A teacher whose vector of a text is computed from its characters; records every batch it encodes."""
+
+    def __init__(self, name: str = "text teacher", prompt: str | None = None, prompt_name: str | None = None):
+        super().__init__(
+            "text", name, "text", "0123456789abcdef" * 3, 4, prompt=prompt, prompt_name=prompt_name, batch_size=2
+        )
+        self.batches: list[list[str]] = []
+
+    def _encode(self, texts: list[str], batch_size: int, show_progress: bool) -> np.ndarray:
+        self.batches.append(list(texts))
+        return np.array([[len(t), sum(map(ord, t)) % 97, t.count(" "), 1] for t in texts], dtype=np.float32)
+
+
+# ------------------------------------------------------------------------------------------------ losses
+
+
+def test_logged_hinge_is_the_mean_hinge_of_one_direction(tokenizer, tiny_tlaser_kwargs):
+    """Two pairs, one negative each (the other pair) and a margin no distance reaches: every hinge is
+    ``alpha - (d_n - d_p)``, and both directions see the same two negative distances, so the logged mean of one
+    direction is ``alpha + d_p - d_n``."""
+    torch.manual_seed(0)
+    config = TLaserConfig(**tiny_tlaser_kwargs, distance_beta=0.25, distance_negatives=1, distance_alpha=100.0)
+    model = TLaserForTranslation(config)
+    src, tgt = (
+        tokenizer(["das ist gut", "die börse fällt"], padding=True, return_tensors="pt"),
+        tokenizer(["this is good", "stocks fall"], padding=True, return_tensors="pt"),
+    )
+    labels = tgt["input_ids"][:, 1:].masked_fill(tgt["attention_mask"][:, 1:] == 0, -100)
+    out = model(
+        src["input_ids"],
+        src["attention_mask"],
+        labels=labels,
+        tgt_lang="en",
+        tgt_input_ids=tgt["input_ids"],
+        tgt_attention_mask=tgt["attention_mask"],
+    )
+    assert out.skipped_pair_losses.item() == 0
+    torch.testing.assert_close(out.hinge, 100.0 + out.d_p - out.d_n)
+
+
+# ------------------------------------------------------------------------------------------------ teachers
+
+
+def test_cache_folder_is_named_as_documented(tmp_path):
+    """``<teacher name>-<fingerprint[:16]>/<prompt name or none>-<sha1(prompt)[:8]>``: a name that slugs to nothing
+    is ``teacher``, no prompt hashes the empty text."""
+    plain = TeacherCache(tmp_path, TextTeacher(name="???"), show_progress=False)
+    assert plain.folder == tmp_path / "teacher-0123456789abcdef" / f"none-{hashlib.sha1(b'').hexdigest()[:8]}"
+    prompted = TeacherCache(tmp_path, TextTeacher("my teacher", "query: ", "query"), show_progress=False)
+    expected = f"query-{hashlib.sha1(b'query: ').hexdigest()[:8]}"
+    assert prompted.folder == tmp_path / "my_teacher-0123456789abcdef" / expected
+
+
+def test_cache_encodes_the_misses_longest_first_and_looks_up_past_its_last_key(tmp_path):
+    teacher = TextTeacher()
+    texts = ["a", "a much longer text", "mid text", "bb", "a"]
+    cache = TeacherCache(tmp_path, teacher, chunk_size=16, show_progress=False)
+    got = cache.get(texts)
+    asked = [text for batch in teacher.batches for text in batch]
+    assert asked == ["a much longer text", "mid text", "bb", "a"]  # distinct, longest first, in batches of 2
+    np.testing.assert_allclose(got, teacher.encode(texts))
+    below, above = np.array([b"\x00" * 20], dtype=KEY_DTYPE), np.array([b"\xff" * 20], dtype=KEY_DTYPE)
+    where = cache.lookup(np.concatenate([below, above, text_keys(["bb"])]))
+    assert (where[:2] == -1).all() and (where[2] >= 0).all()
+
+
+def test_encoding_no_text_gives_an_empty_matrix_of_the_teachers_width():
+    assert TextTeacher().encode([]).shape == (0, 4)
+
+
+def test_vectors_file_errors_say_how_to_recompute_it(tmp_path):
+    path = write_vectors(tmp_path / "v.npy", ["a", "b"], np.ones((2, 4), dtype=np.float32))
+    teacher = load_teacher(f"vectors:{path}")
+    hint = "recompute it with hf-tlaser teacher-vectors --output for this corpus"
+    with pytest.raises(UsageError, match=f"holds 2 rows but the corpus gives 1 texts; {hint}"):
+        teacher.check_texts(["a"])
+    with pytest.raises(UsageError, match=f"its texts differ from the corpus's .*; {hint}"):
+        teacher.check_texts(["a", "c"])
+    empty = load_teacher(f"vectors:{write_vectors(tmp_path / 'e.npy', [], np.zeros((0, 4), dtype=np.float32))}")
+    with pytest.raises(UsageError, match="1 of 1 texts are not in it"):
+        empty.encode(["x"])
+
+
+def test_a_hub_id_is_its_snapshot_at_the_asked_revision(tmp_path, monkeypatch):
+    import huggingface_hub
+
+    snapshot = tmp_path / "snapshots" / "0123abcd"
+    snapshot.mkdir(parents=True)
+    asked = {}
+
+    def snapshot_download(repo_id, revision=None, **kwargs):
+        asked.update(repo_id=repo_id, revision=revision, **kwargs)
+        return str(snapshot)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    assert model_folder("org/model@v1", "--teacher") == (snapshot, "hub:org/model@0123abcd")
+    assert asked["repo_id"] == "org/model" and asked["revision"] == "v1" and "*.onnx" in asked["ignore_patterns"]
+    assert model_folder("org/model", "--teacher", revision="r2")[1] == "hub:org/model@0123abcd"
+    assert asked["revision"] == "r2"
+
+
+# ------------------------------------------------------------------------------------------------ warm start
+
+
+def st_folder(folder, pooling: dict):
+    """A sentence-transformers folder of modules.json and a Pooling config only."""
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    ]
+    (folder / "1_Pooling").mkdir(parents=True)
+    (folder / "modules.json").write_text(json.dumps(modules))
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 16, **pooling}))
+    return folder
+
+
+@pytest.mark.parametrize(
+    "pooling, expected",
+    [
+        ({"pooling_mode": "mean"}, "mean"),
+        ({"pooling_mode": "cls"}, "cls"),
+        ({"pooling_mode": "max"}, None),
+        ({"pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False}, "cls"),
+        ({"pooling_mode_cls_token": True, "pooling_mode_mean_tokens": True}, None),
+    ],
+)
+def test_only_a_cls_or_mean_pooling_is_taken(pooling, expected, tmp_path):
+    folder = st_folder(tmp_path / "st", pooling)
+    if expected is None:
+        with pytest.raises(UsageError, match="is not one the members reproduce"):
+            check_backbone(str(folder), "tlaser", None)
+    else:
+        assert sentence_transformers_parts(folder, "--init-from")[1] == expected
+
+
+@pytest.fixture()
+def backbone_dir(tmp_path):
+    """A backbone of a config and a word-level tokenizer whose eos (``</s>``) and sep (``<sep>``) differ."""
+    specials = ["<s>", "<pad>", "</s>", "<unk>", "<sep>"]
+    backend = Tokenizer(models.WordLevel({w: i for i, w in enumerate(specials + WORDS)}, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    names = dict(cls_token="<s>", bos_token="<s>", eos_token="</s>", sep_token="<sep>", pad_token="<pad>")
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", model_max_length=64, **names)
+    tokenizer.save_pretrained(tmp_path / "backbone")
+    config = XLMRobertaConfig(
+        vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32
+    )
+    config.save_pretrained(tmp_path / "backbone")
+    return tmp_path / "backbone"
+
+
+def test_a_tokenizer_with_its_own_eos_keeps_it(backbone_dir):
+    tokenizer = check_backbone(str(backbone_dir), "tlaser", None).tokenizer
+    assert tokenizer.eos_token == "</s>"
+    assert tokenizer.convert_ids_to_tokens(tokenizer("hello world")["input_ids"]) == ["<s>", "hello", "world", "</s>"]
+
+
+def test_sizes_the_backbone_decides_are_ignored_with_a_warning_naming_them(backbone_dir, caplog):
+    backbone = check_backbone(str(backbone_dir), "tlaser", None)
+    with caplog.at_level(logging.WARNING, logger="hf_tlaser.train"):
+        values = backbone_overrides(backbone, "backbone", {"hidden_size": 8, "num_hidden_layers": 9, "dropout": 0.3})
+    assert "the backbone decides hidden_size, num_hidden_layers" in caplog.text
+    assert (values["hidden_size"], values["num_hidden_layers"], values["dropout"]) == (16, 1, 0.3)
+    assert values["pooling"] == "cls"  # no pooling of its own: the member's cls
+
+
+# ------------------------------------------------------------------------------------------------ distillation
+
+
+def test_a_groups_pivot_is_its_curriculum_pivot_then_its_first_target():
+    assert pivot_of_group({"en": "x", "de": "y"}, [("en", "de")], ["en"]) == "en"
+    assert pivot_of_group({"de": "y", "fr": "z"}, [("en", "de"), ("en", "fr")], ["en"]) == "de"
+    assert pivot_of_group({"en": None, "de": None}, [("en", "de")], ["en"]) is None
+
+
+def test_collator_pulls_every_sentence_of_a_group_to_its_pivot(tokenizer):
+    matrix = np.eye(3, dtype=np.float32)
+    collator = DistillCollator(
+        lambda examples: {}, tokenizer, matrix, {"a": 0, "b": 1, "c": 2}, [("de", "en"), ("fr", "en")], ["en"]
+    )
+    example = {"de": "b", "en": "a", "fr": "c"}
+    assert collator.sentences([example]) == (["b", "a", "c"], ["a", "a", "a"])
+    batch = collator([example])
+    assert batch[DISTILL_INPUTS[2]].tolist() == [[1.0, 0.0, 0.0]] * 3 and batch[DISTILL_INPUTS[0]].shape[0] == 3

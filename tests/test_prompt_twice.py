@@ -1,0 +1,125 @@
+"""A prompt built into the saved tokenizer (a warm start from e5 adds ``"query: "`` to every text) and passed again
+by the user: ``hf_tlaser.encode`` (texts that start with it) and the model's forward (its pieces repeated right after
+the built-in ones: what sentence-transformers and ``AutoModel`` users run) warn once per model, and not for normal
+input; the model card says that the prompt is built in."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModel, PreTrainedTokenizerFast, XLMRobertaConfig, XLMRobertaModel
+
+import hf_tlaser
+from hf_tlaser.hub.model_card import render_model_card
+from hf_tlaser.training.joint import model_config
+from hf_tlaser.training.presets import get_preset
+from hf_tlaser.training.warm import backbone_overrides, check_backbone
+from tests.test_warm_start import TEXTS, tiny_tokenizer
+
+SMALL = {"languages": ["en", "es"], "decoder_attention_heads": 2, "decoder_ffn_dim": 64, "dropout": 0.0}
+WARNING = "which this model's tokenizer already adds"
+
+
+@pytest.fixture(scope="module")
+def warm_dir(tmp_path_factory, newstest_lines) -> Path:
+    """A cT-LASER warm-started (before any update) from a tiny random XLM-R saved as a sentence-transformers model
+    with e5's prompts, saved with its tokenizer."""
+    from sentence_transformers import SentenceTransformer
+
+    try:  # sentence-transformers >= 6
+        from sentence_transformers.sentence_transformer import modules
+    except ImportError:
+        from sentence_transformers import models as modules
+
+    root = tmp_path_factory.mktemp("prompt")
+    tokenizer = tiny_tokenizer([line for lang in ("de", "en", "es") for line in newstest_lines[lang]])
+    config = XLMRobertaConfig(
+        vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=66, pad_token_id=1, bos_token_id=0, eos_token_id=2,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    XLMRobertaModel(config, add_pooling_layer=False).save_pretrained(root / "xlmr")
+    tokenizer.save_pretrained(root / "xlmr")
+    layers = [modules.Transformer(str(root / "xlmr")), modules.Pooling(32, pooling_mode="mean")]
+    SentenceTransformer(modules=layers, prompts={"query": "query: ", "passage": "passage: "}).save(str(root / "st"))
+    backbone = check_backbone(str(root / "st"), "ctlaser", None)
+    preset = get_preset("ctlaser", "tiny")
+    member = preset.model_class(
+        model_config(preset, backbone.tokenizer, "st", backbone_overrides(backbone, "backbone", dict(SMALL)))
+    )
+    backbone.load_into(member.encoder)
+    member.save_pretrained(root / "warm")
+    backbone.tokenizer.save_pretrained(root / "warm")
+    return root / "warm"
+
+
+def warnings_of(caplog) -> list[str]:
+    return [record.getMessage() for record in caplog.records if WARNING in record.getMessage()]
+
+
+def test_the_config_knows_the_prompt_and_its_pieces(warm_dir):
+    model = AutoModel.from_pretrained(warm_dir, trust_remote_code=True)
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(warm_dir)
+    assert model.config.prompt == "query: "
+    pieces = model.config.prompt_ids
+    assert pieces == tokenizer("query:", add_special_tokens=False)["input_ids"] and len(pieces) >= 1
+    ids = tokenizer(TEXTS[0])["input_ids"]
+    assert ids[1 : 1 + len(pieces)] == pieces and ids[1 + len(pieces) : 1 + 2 * len(pieces)] != pieces
+
+
+def test_encode_warns_once_for_texts_that_start_with_the_built_in_prompt(warm_dir, caplog):
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(warm_dir)
+    prompted = ["query: " + text for text in TEXTS]
+    model = AutoModel.from_pretrained(warm_dir, trust_remote_code=True)
+    model.config.prompt_ids = None  # the forward cannot tell: the texts alone are checked
+    with caplog.at_level(logging.WARNING):
+        hf_tlaser.encode(model, tokenizer, TEXTS, precision="fp32")
+        assert warnings_of(caplog) == []
+        for _ in range(2):
+            hf_tlaser.encode(model, tokenizer, prompted, precision="fp32")
+    found = warnings_of(caplog)
+    assert len(found) == 1 and "'query: '" in found[0] and "do not pass it again" in found[0]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):  # both checks on: still one warning (the forward's knows it was given)
+        model = AutoModel.from_pretrained(warm_dir, trust_remote_code=True)
+        hf_tlaser.encode(model, tokenizer, prompted, precision="fp32")
+    assert len(warnings_of(caplog)) == 1
+
+
+def test_the_forward_warns_once_when_the_prompt_pieces_repeat(warm_dir, caplog):
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(warm_dir)
+    model = AutoModel.from_pretrained(warm_dir, trust_remote_code=True).eval()
+    normal = tokenizer(TEXTS, padding=True, return_tensors="pt")
+    twice = tokenizer(["query: " + TEXTS[0], TEXTS[1]], padding=True, return_tensors="pt")
+    with caplog.at_level(logging.WARNING), torch.no_grad():
+        model(**normal)
+        model.train()(**twice)  # training batches come from the collator: not checked
+        assert warnings_of(caplog) == []
+        model.eval()
+        model(**twice)
+        model(**twice)
+    assert len(warnings_of(caplog)) == 1
+
+
+def test_a_sentence_transformers_user_passing_the_prompt_is_warned_once(warm_dir, caplog):
+    from sentence_transformers import SentenceTransformer
+
+    with caplog.at_level(logging.WARNING):
+        plain = SentenceTransformer(str(warm_dir), trust_remote_code=True).encode(TEXTS)
+        assert warnings_of(caplog) == []
+        model = SentenceTransformer(str(warm_dir), trust_remote_code=True)
+        again = model.encode(TEXTS, prompt="query: ")
+        model.encode(TEXTS, prompt="query: ")
+    assert len(warnings_of(caplog)) == 1
+    assert plain.shape == again.shape
+
+
+def test_the_model_card_says_the_prompt_is_built_into_the_tokenizer(warm_dir):
+    card = render_model_card(warm_dir)
+    details, usage = card.split("## Model details")[1].split("## Usage")
+    for section in (details, usage.split("## Training")[0]):  # the details table and the usage
+        assert "The prompt 'query: ' is built into the tokenizer" in section
+        assert "Do not pass it again (no `prompt=` / `prompt_name=` in sentence-transformers" in section

@@ -16,6 +16,7 @@ survivors (file, line, the change in one line).
     python scripts/mutation.py --tree /work/wt-x --workdir /tmp/mut-x --sample 0  # every mutant
     python scripts/mutation.py --workdir /tmp/mut-x --report-only --report mutation.md  # report an earlier run again
     python scripts/mutation.py --list                                               # the sample only, nothing runs
+    python scripts/mutation.py --workdir /tmp/mut-x --resume --quick --sample 5      # the listed sample, no stats pass
 """
 
 from __future__ import annotations
@@ -368,9 +369,12 @@ def generate_mutants(workdir: Path, log: Path) -> None:
         )
 
 
-def run_quick(workdir: Path, tree: Path, sample: list[dict], timeout: int, log: Path) -> None:
+def run_quick(workdir: Path, sample: list[dict], timeout: int, log: Path) -> None:
     """Each sampled mutant against its file's ``QUICK_TESTS`` (``-x``), in one pytest process; ``quick.jsonl``."""
-    jobs = [[row["key"], [t for t in QUICK_TESTS[row["file"]] if (tree / t).is_file()]] for row in sample]
+    # round robin over the modules (each one's best-ranked mutant first): a run stopped early has a balanced sample
+    order = {row["key"]: [r for r in sample if r["module"] == row["module"]].index(row) for row in sample}
+    ranked = sorted(sample, key=lambda row: (order[row["key"]], list(MODULES).index(row["module"])))
+    jobs = [[row["key"], [t for t in QUICK_TESTS[row["file"]] if (workdir / t).is_file()]] for row in ranked]
     jobs.insert(0, ["fail", jobs[0][1]])
     (workdir / "quick_jobs.json").write_text(json.dumps(dict(deselect=DESELECT, timeout=timeout, jobs=jobs)))
     (workdir / "quick.jsonl").unlink(missing_ok=True)
@@ -490,7 +494,7 @@ def main(argv: list[str] | None = None) -> int:
         saved = json.loads(sample_file.read_text())
         sample, header = saved["sample"], saved["header"]
         tree = Path(saved.get("tree", tree))
-        if args.resume and args.sample:  # the first --sample of each module's listed ones (the same draw)
+        if args.sample:  # the first --sample of each module's listed ones (the same draw as --sample at --list)
             ranked = sorted(sample, key=lambda row: row["rank"])
             sample = [row for module in MODULES for row in [r for r in ranked if r["module"] == module][: args.sample]]
             header = re.sub(r"sample \S+ per module", f"sample {args.sample} per module", header)
@@ -518,7 +522,7 @@ def main(argv: list[str] | None = None) -> int:
         start = time.monotonic()
         if args.quick:
             generate_mutants(workdir, workdir / "mutmut.log")
-            run_quick(workdir, tree, sample, args.timeout, workdir / "quick.log")
+            run_quick(workdir, sample, args.timeout, workdir / "quick.log")
             header += "; --quick (no mutmut stats pass; tests per mutated file: QUICK_TESTS)"
         else:
             run_mutmut(workdir, [row["key"] for row in sample], workdir / "mutmut.log")

@@ -18,6 +18,7 @@ from transformers import PreTrainedTokenizerFast, XLMRobertaConfig
 
 from hf_tlaser import TLaserConfig, TLaserForTranslation
 from hf_tlaser.errors import UsageError
+from hf_tlaser.models.ldt.modeling_ldt import xtr_labels
 from hf_tlaser.teachers import Teacher, TeacherCache, load_teacher, model_folder, text_keys, write_vectors
 from hf_tlaser.teachers.vectors import KEY_DTYPE
 from hf_tlaser.training.distill import DistillCollator, pivot_of_group
@@ -68,6 +69,12 @@ def test_logged_hinge_is_the_mean_hinge_of_one_direction(tokenizer, tiny_tlaser_
     torch.testing.assert_close(out.hinge, 100.0 + out.d_p - out.d_n)
 
 
+def test_ldt_labels_are_built_on_the_device_of_the_token_ids():
+    """On the meta device, which fails any mix with a CPU tensor as CUDA would."""
+    ids, keep = torch.tensor([[3, 4, 4]], device="meta"), torch.ones(1, 3, dtype=torch.bool, device="meta")
+    assert xtr_labels(ids, keep, 8).device.type == "meta"
+
+
 # ------------------------------------------------------------------------------------------------ teachers
 
 
@@ -92,6 +99,29 @@ def test_cache_encodes_the_misses_longest_first_and_looks_up_past_its_last_key(t
     below, above = np.array([b"\x00" * 20], dtype=KEY_DTYPE), np.array([b"\xff" * 20], dtype=KEY_DTYPE)
     where = cache.lookup(np.concatenate([below, above, text_keys(["bb"])]))
     assert (where[:2] == -1).all() and (where[2] >= 0).all()
+
+
+class RacingTeacher(TextTeacher):
+    """While it encodes its first batch, another writer of the same cache folder stores those texts."""
+
+    def __init__(self, root):
+        super().__init__()
+        self.root, self.racing = root, True
+
+    def _encode(self, texts: list[str], batch_size: int, show_progress: bool) -> np.ndarray:
+        if self.racing:
+            self.racing = False
+            TeacherCache(self.root, TextTeacher(), show_progress=False).get(texts)
+        return super()._encode(texts, batch_size, show_progress)
+
+
+def test_texts_another_writer_stored_meanwhile_are_counted_once_and_logged(tmp_path, caplog):
+    cache = TeacherCache(tmp_path, RacingTeacher(tmp_path), chunk_size=16, show_progress=False)
+    with caplog.at_level(logging.WARNING, logger="hf_tlaser.teachers.cache"):
+        got = cache.get(["aa", "b"])
+    assert ": 2 texts were also computed by another process at the same time (stored once)" in caplog.text
+    assert cache.last.computed == 2 and len(list(cache.shards.glob("*.keys.npy"))) == 1
+    np.testing.assert_allclose(got, TextTeacher().encode(["aa", "b"]))
 
 
 def test_encoding_no_text_gives_an_empty_matrix_of_the_teachers_width():
@@ -161,6 +191,8 @@ def test_only_a_cls_or_mean_pooling_is_taken(pooling, expected, tmp_path):
             check_backbone(str(folder), "tlaser", None)
     else:
         assert sentence_transformers_parts(folder, "--init-from")[1] == expected
+        with pytest.raises(UsageError, match=f"no config.json in {folder}; give a Hugging Face encoder folder"):
+            check_backbone(str(folder), "tlaser", None)  # a Transformer module without its config
 
 
 @pytest.fixture()
@@ -210,5 +242,7 @@ def test_collator_pulls_every_sentence_of_a_group_to_its_pivot(tokenizer):
     )
     example = {"de": "b", "en": "a", "fr": "c"}
     assert collator.sentences([example]) == (["b", "a", "c"], ["a", "a", "a"])
+    pairs = [dict(src="a", tgt="b", src_lang="en", tgt_lang="de"), dict(src="c", tgt="a", src_lang="de", tgt_lang="en")]
+    assert collator.sentences(pairs) == (["a", "b", "c", "a"], ["a"] * 4)  # both sides to the pivot side, src or tgt
     batch = collator([example])
     assert batch[DISTILL_INPUTS[2]].tolist() == [[1.0, 0.0, 0.0]] * 3 and batch[DISTILL_INPUTS[0]].shape[0] == 3

@@ -13,6 +13,7 @@ the standard library, and no other file of the package.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import json
@@ -565,9 +566,25 @@ def cpu_autocast_lacks_rnn() -> bool:
     if check is None:
         return False
     try:
-        return not getattr(torch.ops.mkldnn, check)()
+        supported = getattr(torch.ops.mkldnn, check)()
     except (AttributeError, RuntimeError):  # a torch build without oneDNN: stay on the safe side
         return True
+    return not (supported and cpu_rnn_runs_in(dtype))
+
+
+@functools.cache
+def cpu_rnn_runs_in(dtype: torch.dtype) -> bool:
+    """Whether a tiny ``nn.LSTM`` runs on this CPU under autocast to ``dtype``: oneDNN may report the dtype as
+    supported and still lack its RNN primitive (fp16 on a Xeon with AVX512-FP16 and AMX): the kernel is tried once."""
+    try:  # with gradients (even when called under inference mode): the training primitive is the one that may lack
+        with torch.inference_mode(False), torch.enable_grad():
+            lstm = torch.nn.LSTM(2, 2, batch_first=True)
+            with torch.autocast("cpu", dtype=dtype):
+                output, _ = lstm(torch.zeros(1, 1, 2))
+            output.float().sum().backward()
+    except RuntimeError:
+        return False
+    return True
 
 
 def run_rnn(rnn: torch.nn.RNNBase, inputs, state=None):

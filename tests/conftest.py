@@ -10,6 +10,7 @@ import torch
 from hf_tlaser.data.paths import get_data_dir
 from hf_tlaser.data.readers import iter_lines
 from hf_tlaser.tokenization import save_tokenizer, train_tokenizer
+from tests.tiny_models import make_st_model, save_tiny_tlaser, save_tiny_xlmr
 
 torch.set_num_threads(2)
 
@@ -56,3 +57,22 @@ def tiny_tlaser_kwargs(tokenizer) -> dict:
         dropout=0.0,
         max_position_embeddings=128,
     )
+
+
+@pytest.fixture(scope="session")
+def backbone_dir(tmp_path_factory, newstest_lines):
+    """A random 2-layer XLM-R (width 32) and its BPE of de/en/es news lines (``save_tiny_xlmr``); read-only."""
+    lines = [line for lang in ("de", "en", "es") for line in newstest_lines[lang]]
+    return save_tiny_xlmr(tmp_path_factory.mktemp("xlmr"), lines)
+
+
+@pytest.fixture(scope="session")
+def st_folder(tmp_path_factory, tokenizer):
+    """A tiny sentence-transformers folder with e5's prompts (``make_st_model``); read-only."""
+    return make_st_model(tmp_path_factory.mktemp("st"), tokenizer)
+
+
+@pytest.fixture(scope="session")
+def tlaser_folder(tmp_path_factory, tokenizer, tiny_tlaser_kwargs):
+    """A tiny random T-LASER folder for de and en with ``tokenizer``; read-only."""
+    return save_tiny_tlaser(tmp_path_factory.mktemp("tlaser") / "model", tokenizer, tiny_tlaser_kwargs)

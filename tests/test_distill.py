@@ -13,14 +13,14 @@ import numpy as np
 import pytest
 import torch
 from ddp_launch import launch_ddp
-from fresh_process import fresh_vectors
-from test_teacher import make_st_model
+from fresh_process import auto_model_vectors
 
 import hf_tlaser
 from hf_tlaser.teachers.cli import main as teachers_main
 from hf_tlaser.training.cli import main
 from hf_tlaser.training.distill import DistillCollator, pivot_of_group, pivot_of_pair
 from hf_tlaser.training.trainer import DISTILL_INPUTS, LaserTrainer, distill_loss
+from tests.tiny_models import make_st_model
 
 TINY = {
     "tlaser": ["hidden_size=32", "num_hidden_layers=2", "num_attention_heads=4", "intermediate_size=64",
@@ -275,15 +275,9 @@ def test_projection_head_survives_save_and_load(family, tmp_path, tokenizer, tin
     tokens = np.asarray(extractor(texts[0])[0], dtype=np.float32)
     pooled = tokens[0] if family == "tlaser" else tokens.mean(0)
     np.testing.assert_allclose(pooled, expected[0], atol=1e-5)
-    script = f"""
-        import json
-        from transformers import AutoModel, AutoTokenizer
-        model = AutoModel.from_pretrained({str(folder)!r}, trust_remote_code=True).eval()
-        tok = AutoTokenizer.from_pretrained({str(folder)!r}, trust_remote_code=True)
-        assert "hf_tlaser" not in type(model).__module__
-        print(json.dumps(model.encode({texts!r}, tok).tolist()))
-        """
-    np.testing.assert_allclose(fresh_vectors(script, tmp_path), expected, atol=1e-5)
+    check = 'assert "hf_tlaser" not in type(model).__module__'
+    got = auto_model_vectors(folder, texts, tmp_path, route="encode", check=check)
+    np.testing.assert_allclose(got, expected, atol=1e-5)
 
 
 def test_short_run_with_a_projection_head(tmp_path, tokenizer_dir, teacher32):

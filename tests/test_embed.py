@@ -13,30 +13,13 @@ import sys
 
 import numpy as np
 import pytest
-import torch
 
 import hf_tlaser
-from hf_tlaser import TLaserConfig, TLaserForTranslation, save_tokenizer
 from hf_tlaser.cli import main as hf_tlaser_main
 from hf_tlaser.errors import UsageError
 from hf_tlaser.evaluation.encoder import load_encoder
 from hf_tlaser.inference import EmbeddingsWriter, check_compatible, read_embeddings
 from hf_tlaser.inference.embed import plan_lines
-from tests.test_teacher import make_st_model
-
-
-@pytest.fixture(scope="module")
-def st_folder(tmp_path_factory, tokenizer):
-    return make_st_model(tmp_path_factory.mktemp("st"), tokenizer)
-
-
-@pytest.fixture(scope="module")
-def tlaser_folder(tmp_path_factory, tokenizer, tiny_tlaser_kwargs):
-    torch.manual_seed(0)
-    folder = tmp_path_factory.mktemp("tlaser") / "model"
-    TLaserForTranslation(TLaserConfig(**tiny_tlaser_kwargs, training_languages=["de", "en"])).save_pretrained(folder)
-    save_tokenizer(tokenizer, folder)
-    return folder
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,6 @@ from sentence_transformers import SentenceTransformer
 from test_eval_cli import model_dir  # noqa: F401 (fixture)
 from test_eval_reports import assert_png
 from test_eval_user_data import user_sets  # noqa: F401 (fixture)
-from test_teacher import make_st_model
 
 import hf_tlaser
 from hf_tlaser.evaluation import cli
@@ -22,6 +21,7 @@ from hf_tlaser.evaluation.cli import main
 from hf_tlaser.evaluation.encoder import load_encoder
 from hf_tlaser.evaluation.retrieval import xsim
 from hf_tlaser.evaluation.suite import lexical_reference
+from tests.tiny_models import make_st_model
 
 
 @pytest.fixture(scope="module")

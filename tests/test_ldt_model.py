@@ -6,10 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import pytest
@@ -25,6 +21,7 @@ from hf_tlaser.models.ldt import (
     xmlm_loss,
     xtr_labels,
 )
+from tests.fresh_process import auto_model_vectors
 
 PAD, UNK, EOS, STR_TAG = 0, 1, 2, 3
 TEXTS = ["Die Prager Börse stürzt.", "", "El parlamento europeo aprobó la ley."]
@@ -302,23 +299,8 @@ def ldt_dir(tmp_path_factory, tokenizer):
 
 def test_fresh_process_trust_remote_code(ldt_dir, tokenizer, tmp_path):
     expected = AutoModel.from_pretrained(ldt_dir).encode(TEXTS, tokenizer)
-    script = textwrap.dedent(
-        f"""
-        import sys, json
-        sys.modules["hf_tlaser"] = None  # the package must not be importable
-        from transformers import AutoModel, AutoTokenizer
-        model = AutoModel.from_pretrained({str(ldt_dir)!r}, trust_remote_code=True).eval()
-        tok = AutoTokenizer.from_pretrained({str(ldt_dir)!r}, trust_remote_code=True)
-        assert type(model).__name__ == "LDTModel", type(model)
-        assert "hf_tlaser" not in type(model).__module__
-        print(json.dumps(model.encode({TEXTS!r}, tok).tolist()))
-        """
-    )
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf_home"), TRANSFORMERS_VERBOSITY="error")
-    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    got = np.array(json.loads(proc.stdout.strip().splitlines()[-1]), dtype=np.float32)
+    check = 'assert type(model).__name__ == "LDTModel" and "hf_tlaser" not in type(model).__module__, type(model)'
+    got = auto_model_vectors(ldt_dir, TEXTS, tmp_path, route="encode", check=check)
     np.testing.assert_allclose(got, expected, atol=1e-6)
 
 

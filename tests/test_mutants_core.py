@@ -196,7 +196,7 @@ def test_only_a_cls_or_mean_pooling_is_taken(pooling, expected, tmp_path):
 
 
 @pytest.fixture()
-def backbone_dir(tmp_path):
+def eos_backbone_dir(tmp_path):
     """A backbone of a config and a word-level tokenizer whose eos (``</s>``) and sep (``<sep>``) differ."""
     specials = ["<s>", "<pad>", "</s>", "<unk>", "<sep>"]
     backend = Tokenizer(models.WordLevel({w: i for i, w in enumerate(specials + WORDS)}, unk_token="<unk>"))
@@ -211,14 +211,14 @@ def backbone_dir(tmp_path):
     return tmp_path / "backbone"
 
 
-def test_a_tokenizer_with_its_own_eos_keeps_it(backbone_dir):
-    tokenizer = check_backbone(str(backbone_dir), "tlaser", None).tokenizer
+def test_a_tokenizer_with_its_own_eos_keeps_it(eos_backbone_dir):
+    tokenizer = check_backbone(str(eos_backbone_dir), "tlaser", None).tokenizer
     assert tokenizer.eos_token == "</s>"
     assert tokenizer.convert_ids_to_tokens(tokenizer("hello world")["input_ids"]) == ["<s>", "hello", "world", "</s>"]
 
 
-def test_sizes_the_backbone_decides_are_ignored_with_a_warning_naming_them(backbone_dir, caplog):
-    backbone = check_backbone(str(backbone_dir), "tlaser", None)
+def test_sizes_the_backbone_decides_are_ignored_with_a_warning_naming_them(eos_backbone_dir, caplog):
+    backbone = check_backbone(str(eos_backbone_dir), "tlaser", None)
     with caplog.at_level(logging.WARNING, logger="hf_tlaser.train"):
         values = backbone_overrides(backbone, "backbone", {"hidden_size": 8, "num_hidden_layers": 9, "dropout": 0.3})
     assert "the backbone decides hidden_size, num_hidden_layers" in caplog.text

@@ -10,40 +10,29 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoModel, PreTrainedTokenizerFast, XLMRobertaConfig, XLMRobertaModel
+from transformers import AutoModel, PreTrainedTokenizerFast
 
 import hf_tlaser
 from hf_tlaser.hub.model_card import render_model_card
 from hf_tlaser.training.joint import model_config
 from hf_tlaser.training.presets import get_preset
 from hf_tlaser.training.warm import backbone_overrides, check_backbone
-from tests.test_warm_start import TEXTS, tiny_tokenizer
+from tests.test_warm_start import TEXTS
+from tests.tiny_models import st_modules
 
 SMALL = {"languages": ["en", "es"], "decoder_attention_heads": 2, "decoder_ffn_dim": 64, "dropout": 0.0}
 WARNING = "which this model's tokenizer already adds"
 
 
 @pytest.fixture(scope="module")
-def warm_dir(tmp_path_factory, newstest_lines) -> Path:
+def warm_dir(tmp_path_factory, backbone_dir) -> Path:
     """A cT-LASER warm-started (before any update) from a tiny random XLM-R saved as a sentence-transformers model
     with e5's prompts, saved with its tokenizer."""
     from sentence_transformers import SentenceTransformer
 
-    try:  # sentence-transformers >= 6
-        from sentence_transformers.sentence_transformer import modules
-    except ImportError:
-        from sentence_transformers import models as modules
-
+    modules = st_modules()
     root = tmp_path_factory.mktemp("prompt")
-    tokenizer = tiny_tokenizer([line for lang in ("de", "en", "es") for line in newstest_lines[lang]])
-    config = XLMRobertaConfig(
-        vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-        intermediate_size=64, max_position_embeddings=66, pad_token_id=1, bos_token_id=0, eos_token_id=2,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    XLMRobertaModel(config, add_pooling_layer=False).save_pretrained(root / "xlmr")
-    tokenizer.save_pretrained(root / "xlmr")
-    layers = [modules.Transformer(str(root / "xlmr")), modules.Pooling(32, pooling_mode="mean")]
+    layers = [modules.Transformer(str(backbone_dir)), modules.Pooling(32, pooling_mode="mean")]
     SentenceTransformer(modules=layers, prompts={"query": "query: ", "passage": "passage: "}).save(str(root / "st"))
     backbone = check_backbone(str(root / "st"), "ctlaser", None)
     preset = get_preset("ctlaser", "tiny")

@@ -10,13 +10,9 @@ import shutil
 
 import numpy as np
 import pytest
-import torch
 from sentence_transformers import SentenceTransformer
-from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
-from transformers import BertConfig, BertModel
 
 import hf_tlaser
-from hf_tlaser import TLaserConfig, TLaserForTranslation, save_tokenizer
 from hf_tlaser.cli import main as hf_tlaser_main
 from hf_tlaser.errors import UsageError
 from hf_tlaser.evaluation.encoder import load_encoder
@@ -32,53 +28,13 @@ from hf_tlaser.teachers import (
 )
 from hf_tlaser.teachers import cache as cache_module
 from hf_tlaser.teachers import cli as teachers_cli
-
-PROMPTS = {"query": "query: ", "passage": "passage: "}
+from tests.tiny_models import make_st_model
 
 
 @pytest.fixture(autouse=True)
 def cache_env(tmp_path, monkeypatch):
     """The default cache root (and its file-digest memo) in the test's folder, never the user's."""
     monkeypatch.setenv(ENV_VAR, str(tmp_path / "default-cache"))
-
-
-def make_st_model(folder, tokenizer, hidden_size=16, seed=0, languages=("de", "en")):
-    """A tiny random BERT + mean pooling + normalisation as a sentence-transformers folder with e5's prompts and a
-    model card listing ``languages``; no download."""
-    torch.manual_seed(seed)
-    config = BertConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=hidden_size,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=2 * hidden_size,
-        max_position_embeddings=128,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    BertModel(config).save_pretrained(folder / "hf")
-    save_tokenizer(tokenizer, folder / "hf")
-    transformer = Transformer(str(folder / "hf"), max_seq_length=64)
-    pooling = Pooling(hidden_size, "mean")
-    model = SentenceTransformer(modules=[transformer, pooling, Normalize()], prompts=PROMPTS, device="cpu")
-    model.save(str(folder / "st"))
-    header = "---\nlanguage:\n" + "".join(f"- {lang}\n" for lang in languages) + "library_name: sentence-transformers\n"
-    (folder / "st" / "README.md").write_text(header + "---\n# tiny\n")
-    shutil.rmtree(folder / "hf")
-    return folder / "st"
-
-
-@pytest.fixture(scope="module")
-def st_folder(tmp_path_factory, tokenizer):
-    return make_st_model(tmp_path_factory.mktemp("st"), tokenizer)
-
-
-@pytest.fixture(scope="module")
-def tlaser_folder(tmp_path_factory, tokenizer, tiny_tlaser_kwargs):
-    torch.manual_seed(0)
-    folder = tmp_path_factory.mktemp("tlaser") / "model"
-    TLaserForTranslation(TLaserConfig(**tiny_tlaser_kwargs, training_languages=["de", "en"])).save_pretrained(folder)
-    save_tokenizer(tokenizer, folder)
-    return folder
 
 
 @pytest.fixture(scope="module")

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_teacher import make_st_model
 
 from hf_tlaser.teachers import ENV_VAR, TeacherCache, folder_fingerprint, load_teacher
 from hf_tlaser.teachers import loading as loading_module
+from tests.tiny_models import make_st_model
 
 OLD_SAMPLE, OLD_SAMPLES = 1 << 16, 16
 """The former fingerprint of a file over 1 MiB: its size and 64 KiB read at 18 places."""

@@ -5,10 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import pytest
@@ -16,6 +12,7 @@ import torch
 from transformers import AutoConfig, AutoModel
 
 from hf_tlaser import TLaserConfig, TLaserForTranslation, TLaserModel, save_tokenizer
+from tests.fresh_process import auto_model_vectors
 
 
 def batch(tokenizer, texts):
@@ -171,24 +168,8 @@ def test_fresh_process_trust_remote_code(tmp_path, tokenizer, tiny_tlaser_kwargs
     save_tokenizer(tokenizer, folder)
     texts = ["Die Prager Börse stürzt.", "", "El parlamento europeo aprobó la ley."]
     expected = model.encoder.encode(texts, tokenizer)
-    script = textwrap.dedent(
-        f"""
-        import sys, json
-        sys.modules["hf_tlaser"] = None  # the package must not be importable
-        from transformers import AutoModel, AutoTokenizer
-        model = AutoModel.from_pretrained({str(folder)!r}, trust_remote_code=True).eval()
-        tok = AutoTokenizer.from_pretrained({str(folder)!r}, trust_remote_code=True)
-        assert type(model).__name__ == "TLaserModel", type(model)
-        assert "hf_tlaser" not in type(model).__module__
-        vec = model.encode({texts!r}, tok)
-        print(json.dumps(vec.tolist()))
-        """
-    )
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf_home"))
-    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    got = np.array(json.loads(proc.stdout.strip().splitlines()[-1]), dtype=np.float32)
+    check = 'assert type(model).__name__ == "TLaserModel" and "hf_tlaser" not in type(model).__module__, type(model)'
+    got = auto_model_vectors(folder, texts, tmp_path, route="encode", check=check)
     np.testing.assert_allclose(got, expected, atol=1e-6)
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from transformers import AutoModel, PreTrainedTokenizerFast, XLMRobertaConfig, XLMRobertaModel
+from transformers import AutoModel, PreTrainedTokenizerFast
 
 import hf_tlaser
 from hf_tlaser.hub import add_sentence_transformers_files
@@ -24,32 +24,10 @@ from hf_tlaser.training.joint import model_config
 from hf_tlaser.training.presets import get_preset
 from hf_tlaser.training.warm import backbone_overrides, check_backbone
 from tests.fresh_process import fresh_vectors
-from tests.test_warm_start import TEXTS, tiny_tokenizer, train_args
+from tests.test_warm_start import TEXTS, train_args
+from tests.tiny_models import st_modules
 
 SMALL = {"languages": ["en", "es"], "decoder_attention_heads": 2, "decoder_ffn_dim": 64, "dropout": 0.0}
-
-
-def st_modules():
-    try:  # sentence-transformers >= 6
-        from sentence_transformers.sentence_transformer import modules
-    except ImportError:
-        from sentence_transformers import models as modules
-    return modules
-
-
-@pytest.fixture(scope="module")
-def backbone_dir(tmp_path_factory, newstest_lines) -> Path:
-    """A random 2-layer XLM-R (width 32) and its tokenizer."""
-    folder = tmp_path_factory.mktemp("xlmr")
-    tokenizer = tiny_tokenizer([line for lang in ("de", "en", "es") for line in newstest_lines[lang]])
-    config = XLMRobertaConfig(
-        vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-        intermediate_size=64, max_position_embeddings=66, pad_token_id=1, bos_token_id=0, eos_token_id=2,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    XLMRobertaModel(config, add_pooling_layer=False).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
 
 
 @pytest.fixture(scope="module", params=["dense", "dense+normalize"])

@@ -13,8 +13,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
-from transformers import AutoModel, PreTrainedTokenizerFast, XLMRobertaConfig, XLMRobertaModel
+from transformers import AutoModel, PreTrainedTokenizerFast
 
 from hf_tlaser.hub.model_card import render_model_card
 from hf_tlaser.losses import sample_negatives
@@ -23,41 +22,10 @@ from hf_tlaser.models.tlaser import TLaserConfig, TLaserForTranslation
 from hf_tlaser.training.cli import main
 from hf_tlaser.training.trainer import FreezeEncoderCallback
 from hf_tlaser.training.warm import check_backbone, target_vocabulary, unk_rates, with_prompt
-from tests.fresh_process import fresh_vectors
+from tests.fresh_process import auto_model_vectors, fresh_vectors
 
-SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
 DECODER = dict(decoder_attention_heads=2, decoder_ffn_dim=64, dropout=0.0)
 TEXTS = ["Das ist ein Test.", "This is a test.", "Hello world, again!", "Kuka on tuo mies?"]
-
-
-def tiny_tokenizer(lines: list[str]) -> PreTrainedTokenizerFast:
-    """A BPE with XLM-R's special tokens and template (``<s> text </s>``, Metaspace pieces)."""
-    backend = Tokenizer(models.BPE(unk_token="<unk>"))
-    backend.pre_tokenizer = pre_tokenizers.Metaspace()
-    backend.train_from_iterator(lines, trainers.BpeTrainer(vocab_size=300, special_tokens=SPECIALS))
-    backend.post_processor = processors.TemplateProcessing(
-        single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>", special_tokens=[("<s>", 0), ("</s>", 2)]
-    )
-    names = dict(bos_token="<s>", cls_token="<s>", eos_token="</s>", sep_token="</s>", pad_token="<pad>")
-    return PreTrainedTokenizerFast(
-        tokenizer_object=backend, unk_token="<unk>", mask_token="<mask>", model_max_length=64, **names
-    )
-
-
-@pytest.fixture(scope="module")
-def backbone_dir(tmp_path_factory, newstest_lines) -> Path:
-    """A random 2-layer XLM-R (width 32) and its tokenizer, as ``save_pretrained`` writes them."""
-    folder = tmp_path_factory.mktemp("xlmr")
-    lines = [line for lang in ("de", "en", "es") for line in newstest_lines[lang]]
-    tokenizer = tiny_tokenizer(lines)
-    config = XLMRobertaConfig(
-        vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-        intermediate_size=64, max_position_embeddings=66, pad_token_id=1, bos_token_id=0, eos_token_id=2,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    XLMRobertaModel(config, add_pooling_layer=False).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
 
 
 @pytest.fixture(scope="module")
@@ -311,18 +279,7 @@ def test_saved_folder_loads_everywhere_in_a_fresh_process(warm_run, tmp_path):
     out = warm_run
     tokenizer = PreTrainedTokenizerFast.from_pretrained(out)
     expected = TLaserModel.from_pretrained(out).encode(TEXTS, tokenizer)
-    auto = fresh_vectors(
-        f"""
-        import json, torch
-        from transformers import AutoModel, AutoTokenizer
-        model = AutoModel.from_pretrained({str(out)!r}, trust_remote_code=True).eval()
-        tok = AutoTokenizer.from_pretrained({str(out)!r}, trust_remote_code=True)
-        with torch.no_grad():
-            vectors = model(**tok({TEXTS!r}, padding=True, return_tensors="pt")).pooler_output
-        print(json.dumps(vectors.tolist()))
-        """,
-        tmp_path,
-    )
+    auto = auto_model_vectors(out, TEXTS, tmp_path)
     st = fresh_vectors(
         f"""
         import json

@@ -23,9 +23,8 @@ from hf_tlaser.training.cli import parse_args, train
 from hf_tlaser.training.run import cast_state
 from hf_tlaser.training.warm import backbone_overrides, check_backbone
 from tests import test_warm_start as warm
-from tests.fresh_process import fresh_vectors
+from tests.fresh_process import auto_model_vectors, fresh_vectors
 
-backbone_dir = warm.backbone_dir  # the tiny random XLM-R (fp32) and its tokenizer
 TEXTS = warm.TEXTS
 LEARNING_RATE, ENCODER_LR = 1e-3, 3e-4
 FROZEN = 2
@@ -164,19 +163,7 @@ def test_the_log_names_the_backbone_and_the_special_ids_are_information(publishe
 
 def test_the_published_folder_gives_the_trained_vectors_in_a_fresh_process(published, tmp_path):
     out, expected, _ = published
-    auto = fresh_vectors(
-        f"""
-        import json, torch
-        from transformers import AutoModel, AutoTokenizer
-        model = AutoModel.from_pretrained({str(out)!r}, trust_remote_code=True).eval()
-        assert model.dtype == torch.float32, model.dtype
-        tok = AutoTokenizer.from_pretrained({str(out)!r}, trust_remote_code=True)
-        with torch.no_grad():
-            vectors = model(**tok({TEXTS!r}, padding=True, return_tensors="pt")).pooler_output
-        print(json.dumps(vectors.tolist()))
-        """,
-        tmp_path,
-    )
+    auto = auto_model_vectors(out, TEXTS, tmp_path, check="assert model.dtype == torch.float32, model.dtype")
     st = fresh_vectors(
         f"""
         import json, torch

@@ -1,0 +1,88 @@
+"""Tiny random models built in the tests (no downloads): an XLM-R backbone with a BPE of XLM-R's specials and
+template, a BERT sentence-transformers folder with e5's prompts, and a T-LASER folder."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
+from transformers import BertConfig, BertModel, PreTrainedTokenizerFast, XLMRobertaConfig, XLMRobertaModel
+
+from hf_tlaser import TLaserConfig, TLaserForTranslation, save_tokenizer
+
+SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+PROMPTS = {"query": "query: ", "passage": "passage: "}
+
+
+def st_modules():
+    """sentence-transformers' module classes where its version keeps them."""
+    try:  # sentence-transformers >= 6
+        from sentence_transformers.sentence_transformer import modules
+    except ImportError:
+        from sentence_transformers import models as modules
+    return modules
+
+
+def tiny_tokenizer(lines: list[str]) -> PreTrainedTokenizerFast:
+    """A BPE with XLM-R's special tokens and template (``<s> text </s>``, Metaspace pieces)."""
+    backend = Tokenizer(models.BPE(unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Metaspace()
+    backend.train_from_iterator(lines, trainers.BpeTrainer(vocab_size=300, special_tokens=SPECIALS))
+    backend.post_processor = processors.TemplateProcessing(
+        single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>", special_tokens=[("<s>", 0), ("</s>", 2)]
+    )
+    names = dict(bos_token="<s>", cls_token="<s>", eos_token="</s>", sep_token="</s>", pad_token="<pad>")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, unk_token="<unk>", mask_token="<mask>", model_max_length=64, **names
+    )
+
+
+def save_tiny_xlmr(folder: Path, lines: list[str]) -> Path:
+    """A random 2-layer XLM-R (width 32) and its ``tiny_tokenizer`` of ``lines``, as ``save_pretrained`` writes them."""
+    tokenizer = tiny_tokenizer(lines)
+    config = XLMRobertaConfig(
+        vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=66, pad_token_id=1, bos_token_id=0, eos_token_id=2,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    XLMRobertaModel(config, add_pooling_layer=False).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def make_st_model(folder: Path, tokenizer, hidden_size: int = 16, seed: int = 0, languages=("de", "en")) -> Path:
+    """A tiny random BERT + mean pooling + normalisation as a sentence-transformers folder with e5's prompts and a
+    model card listing ``languages``; no download."""
+    from sentence_transformers import SentenceTransformer
+
+    modules = st_modules()
+    torch.manual_seed(seed)
+    config = BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=2 * hidden_size,
+        max_position_embeddings=128,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    BertModel(config).save_pretrained(folder / "hf")
+    save_tokenizer(tokenizer, folder / "hf")
+    transformer = modules.Transformer(str(folder / "hf"), max_seq_length=64)
+    pooling = modules.Pooling(hidden_size, "mean")
+    model = SentenceTransformer(modules=[transformer, pooling, modules.Normalize()], prompts=PROMPTS, device="cpu")
+    model.save(str(folder / "st"))
+    header = "---\nlanguage:\n" + "".join(f"- {lang}\n" for lang in languages) + "library_name: sentence-transformers\n"
+    (folder / "st" / "README.md").write_text(header + "---\n# tiny\n")
+    shutil.rmtree(folder / "hf")
+    return folder / "st"
+
+
+def save_tiny_tlaser(folder: Path, tokenizer, kwargs: dict) -> Path:
+    """A random T-LASER of ``kwargs`` (seed 0) for de and en, with ``tokenizer``."""
+    torch.manual_seed(0)
+    TLaserForTranslation(TLaserConfig(**kwargs, training_languages=["de", "en"])).save_pretrained(folder)
+    save_tokenizer(tokenizer, folder)
+    return folder

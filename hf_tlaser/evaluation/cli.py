@@ -12,15 +12,14 @@ shared space).
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from hf_tlaser.commands import run_command
 from hf_tlaser.data.languages import parse_languages
 from hf_tlaser.encoding import model_languages
-from hf_tlaser.errors import UsageError
 from hf_tlaser.evaluation.classifier import CLASSIFIERS, ClassifierConfig
 from hf_tlaser.evaluation.encoder import DOCUMENT_WORDS, EncoderEmbed, load_encoder
 from hf_tlaser.evaluation.lexical import NAME as LEXICAL_NAME
@@ -290,8 +289,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``hf-tlaser evaluate``: 0 on success, 2 with one line on stderr for a usage mistake."""
     args = build_parser().parse_args(argv)
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    try:
+
+    def work() -> int:
         results = evaluate_model(
             args.model_dir,
             args.suite,
@@ -310,11 +309,10 @@ def main(argv: list[str] | None = None) -> int:
             reference_prompt=args.reference_prompt,
             cache_dir=args.cache_dir,
         )
-    except UsageError as error:
-        print(f"hf-tlaser evaluate: error: {error}", file=sys.stderr)
-        return 2
-    print(summarize(results))
-    return 0
+        print(summarize(results))
+        return 0
+
+    return run_command("hf-tlaser evaluate", work)
 
 
 if __name__ == "__main__":

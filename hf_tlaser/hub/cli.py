@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from hf_tlaser.errors import UsageError
+from hf_tlaser.commands import run_command
 
 from .push import push_to_hub
 
@@ -43,7 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run ``hf-tlaser push``: 0 on success, 2 with one line on stderr for a usage mistake (nothing uploaded)."""
     args = build_parser().parse_args(argv)
-    try:
+
+    def work() -> int:
         info = push_to_hub(
             args.model_dir,
             args.repo_id,
@@ -55,11 +56,10 @@ def main(argv: list[str] | None = None) -> int:
             results=args.results,
             endpoint=args.endpoint,
         )
-    except UsageError as error:
-        print(f"hf-tlaser push: error: {error}", file=sys.stderr)
-        return 2
-    print(f"pushed {args.model_dir} to {args.repo_id}: {info.commit_url}")
-    return 0
+        print(f"pushed {args.model_dir} to {args.repo_id}: {info.commit_url}")
+        return 0
+
+    return run_command("hf-tlaser push", work, log=False)
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from hf_tlaser.commands import print_summary, run_command
 from hf_tlaser.data.batching import pack_chunk
 from hf_tlaser.data.lengths import token_counts
 from hf_tlaser.data.readers import iter_lines
@@ -381,18 +382,11 @@ def run(args: argparse.Namespace) -> dict | None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``hf-tlaser embed``: 0 on success, 2 with one line on stderr for a usage mistake."""
     args = build_parser().parse_args(argv)
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     try:
-        summary = run(args)
-    except UsageError as error:
-        print(f"hf-tlaser embed: error: {error}", file=sys.stderr)
-        return 2
+        return run_command("hf-tlaser embed", lambda: print_summary(run(args)))
     finally:
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()  # a clean exit under accelerate launch / torchrun
-    if summary:
-        print("\n".join(f"{key}: {value}" for key, value in summary.items()))
-    return 0
 
 
 if __name__ == "__main__":

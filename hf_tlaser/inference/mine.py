@@ -35,6 +35,7 @@ from types import ModuleType
 
 import numpy as np
 
+from hf_tlaser.commands import run_command
 from hf_tlaser.data.readers import iter_lines
 from hf_tlaser.errors import UsageError
 from hf_tlaser.evaluation.knn import MARGINS, import_faiss, l2_normalize, margin_scores
@@ -462,9 +463,9 @@ def embed_both(args: argparse.Namespace, folder: Path) -> tuple[list[str], list[
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``hf-tlaser mine``: 0 on success, 2 with one line on stderr for a usage mistake."""
     args = build_parser().parse_args(argv)
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     args.histogram = args.histogram or args.output.with_suffix(".png")
-    try:
+
+    def work() -> int:
         check_args(args)
         check_outputs(args.output, args.histogram, args.overwrite)
         faiss = require_faiss()
@@ -475,11 +476,13 @@ def main(argv: list[str] | None = None) -> int:
         else:
             with tempfile.TemporaryDirectory(prefix="hf-tlaser-mine-") as folder:
                 kept, total = run(args, embed_both(args, Path(folder)))
-    except UsageError as error:
-        print(f"hf-tlaser mine: error: {error}", file=sys.stderr)
-        return 2
-    print(f"hf-tlaser mine: {kept} pairs above the threshold (of {total}) -> {args.output}; histogram {args.histogram}")
-    return 0
+        print(
+            f"hf-tlaser mine: {kept} pairs above the threshold (of {total}) -> {args.output}; "
+            f"histogram {args.histogram}"
+        )
+        return 0
+
+    return run_command("hf-tlaser mine", work)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from hf_tlaser.commands import print_summary, run_command
 from hf_tlaser.data.corpora import load_corpus, resolve_corpora
 from hf_tlaser.data.languages import parse_languages
 from hf_tlaser.data.sources import SPEC_HELP as CORPUS_SPEC_HELP
@@ -168,14 +169,7 @@ def run(args: argparse.Namespace) -> dict:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``hf-tlaser teacher-vectors``: 0 on success, 2 with one line on stderr for a usage mistake."""
     args = build_parser().parse_args(argv)
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    try:
-        summary = run(args)
-    except UsageError as error:
-        print(f"hf-tlaser teacher-vectors: error: {error}", file=sys.stderr)
-        return 2
-    print("\n".join(f"{key}: {value}" for key, value in summary.items()))
-    return 0
+    return run_command("hf-tlaser teacher-vectors", lambda: print_summary(run(args)))
 
 
 if __name__ == "__main__":

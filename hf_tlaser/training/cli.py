@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 import yaml
 
+from hf_tlaser.commands import run_command
 from hf_tlaser.data import DEFAULT_PAIRS, REGISTRY, SPEC_HELP
 from hf_tlaser.errors import UsageError
 from hf_tlaser.hardware import PRECISIONS
@@ -250,20 +251,19 @@ def parse_args(argv: list[str] | None) -> RunSpec:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``hf-tlaser train`` (and of ``python -m hf_tlaser.training.cli`` under a launcher)."""
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    try:
+
+    def work() -> int:
         out = train(parse_args(argv)).args.output_dir
-    except UsageError as err:
-        print(f"hf-tlaser train: error: {' '.join(str(err).splitlines())}", file=sys.stderr)
-        return 2
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        # a clean exit under torchrun/accelerate: see ../shared/notes (rank 0 could abort at interpreter exit)
-        torch.distributed.barrier()
-        torch.distributed.destroy_process_group()
-        sys.stdout.flush()
-        os._exit(0)
-    print(f"saved model and tokenizer to {out}")
-    return 0
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            # a clean exit under torchrun/accelerate: see ../shared/notes (rank 0 could abort at interpreter exit)
+            torch.distributed.barrier()
+            torch.distributed.destroy_process_group()
+            sys.stdout.flush()
+            os._exit(0)
+        print(f"saved model and tokenizer to {out}")
+        return 0
+
+    return run_command("hf-tlaser train", work)
 
 
 if __name__ == "__main__":

@@ -19,9 +19,9 @@ from test_teacher import make_st_model
 import hf_tlaser
 from hf_tlaser.evaluation import cli
 from hf_tlaser.evaluation.cli import main
-from hf_tlaser.evaluation.encoder import load_encoder
 from hf_tlaser.evaluation.retrieval import xsim
 from hf_tlaser.evaluation.suite import lexical_reference
+from hf_tlaser.model_folders import load_encoder
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ import hf_tlaser
 from hf_tlaser import TLaserConfig, TLaserForTranslation, save_tokenizer
 from hf_tlaser.cli import main as hf_tlaser_main
 from hf_tlaser.errors import UsageError
-from hf_tlaser.evaluation.encoder import load_encoder
+from hf_tlaser.model_folders import load_encoder
 from hf_tlaser.teachers import (
     ENV_VAR,
     EVAL_PROMPTS,

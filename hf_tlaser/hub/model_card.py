@@ -15,14 +15,7 @@ from huggingface_hub import EvalResult, ModelCardData
 
 from hf_tlaser.data.sources import split_specs
 from hf_tlaser.encoding import model_languages, trained_languages
-from hf_tlaser.evaluation.provenance import (
-    model_name,
-    parameter_counts,
-    read_json,
-    sentence_vector_size,
-    trainable_parameters,
-    training_precision,
-)
+from hf_tlaser.evaluation.provenance import parameter_counts, trainable_parameters, training_precision
 from hf_tlaser.evaluation.report import (
     SUMMARY_KEYS,
     about_table,
@@ -33,6 +26,7 @@ from hf_tlaser.evaluation.report import (
     pair_table,
     summary_table,
 )
+from hf_tlaser.model_folders import model_name, read_json, sentence_vector_size
 from hf_tlaser.models.common.sentence_embedding import describe_modules
 from hf_tlaser.version import __version__
 

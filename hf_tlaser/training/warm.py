@@ -39,13 +39,13 @@ from transformers import (
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
 from hf_tlaser.errors import UsageError
+from hf_tlaser.model_folders import EVAL_PROMPTS, choose_prompt, model_folder
 from hf_tlaser.models.common.sentence_embedding import (
     DEFAULT_ACTIVATION,
     SENTENCE_MODULES,
     describe_modules,
     torch_activation,
 )
-from hf_tlaser.teachers import EVAL_PROMPTS, choose_prompt, model_folder
 from hf_tlaser.tokenization import MODEL_INPUT_NAMES
 
 logger = logging.getLogger("hf_tlaser.train")

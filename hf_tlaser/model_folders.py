@@ -19,9 +19,9 @@ import torch
 from transformers import AutoModel, AutoTokenizer
 
 import hf_tlaser
-from hf_tlaser.encoding import PER_LANGUAGE_MODELS, model_languages
+from hf_tlaser.encoding import model_languages
 from hf_tlaser.errors import UsageError
-from hf_tlaser.models.tlaser.sentence_embedding import POOLING, embedding_dim
+from hf_tlaser.models.registry import FAMILIES
 
 AUTO = "auto"
 """``prompt_name`` default: the first of the preferred prompt names that the model defines, else its default prompt."""
@@ -30,7 +30,7 @@ EVAL_PROMPTS = ("query",)
 """Preferred prompt names for evaluation rows: e5 asks ``query: `` for symmetric tasks (bitext mining, features)."""
 FOLDER_HINT = "a model folder or a Hub model id (ID or ID@REVISION)"
 TRAIN_HINT = "pass the --output-dir of `hf-tlaser train` (a folder with config.json, weights and tokenizer)"
-MODEL_TYPES = (*POOLING, *PER_LANGUAGE_MODELS)
+MODEL_TYPES = tuple(FAMILIES)
 """``model_type`` of every hf_tlaser model a folder may hold."""
 DOCUMENT_WORDS = 750
 """T-LASER embeds a document whole, cut to its first 750 words (Li & Mak 2020)."""
@@ -142,30 +142,18 @@ def check_model_folder(model_dir: str | os.PathLike, argument: str = "MODEL_DIR"
 
 
 def sentence_vector_size(config: dict) -> int:
-    """Width of the model's sentence vector (cNV: r x d_h for ``con``, d_h for ``sum``)."""
-    if config.get("model_type") == "cnv":
-        from hf_tlaser.models.cnv import CNVConfig
-
-        return CNVConfig.from_dict(config).embedding_size
-    return embedding_dim(config)
+    """Width of the model's sentence vector (its family's ``vector_size``; cNV: r x d_h for ``con``, d_h for
+    ``sum``)."""
+    return FAMILIES[config["model_type"]].vector_size(config)
 
 
 def model_name(config: dict) -> str:
     """Display name of an hf_tlaser config: T-LASER / cT-LASER, LASER-n / cLASER-n (n BiLSTM layers), and
     cNV(y)_con / cNV(y)_sum (each language through its own encoder; cNV_con / cNV_sum when the translation's
     vector is added, eq. 4 / 6; NV without the distance constraint) with the paper's notation; LDT for the
-    Lightweight Dual Transformer; Yu 2018 for Yu et al.'s seq2seq with similarity loss."""
-    if config["model_type"] == "ldt":
-        return "LDT"
-    if config["model_type"] == "yu2018":
-        return "Yu 2018"
-    constrained = float(config.get("distance_beta") or 0) > 0
-    if config["model_type"] == "cnv":
-        source = "" if config.get("combine_translation") else "(y)"
-        return f"{'cNV' if constrained else 'NV'}{source}_{config.get('sentence_vector', 'con')}"
-    if config["model_type"] == "tlaser":
-        return "cT-LASER" if constrained else "T-LASER"
-    return f"{'cLASER' if constrained else 'LASER'}-{config.get('num_layers', 1)}"
+    Lightweight Dual Transformer; Yu 2018 for Yu et al.'s seq2seq with similarity loss (each family's
+    ``display_name``)."""
+    return FAMILIES[config["model_type"]].display_name(config)
 
 
 # ---------------------------------------------------------------------------------------------------- the encoder

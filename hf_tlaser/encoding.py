@@ -11,6 +11,7 @@ import torch
 
 from hf_tlaser.hardware import default_device, resolve_precision
 from hf_tlaser.models.common.sentence_embedding import repeated_prompt_message
+from hf_tlaser.models.registry import FAMILIES
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +36,7 @@ def truncate_words(texts: list[str], max_words: int) -> tuple[list[str], int]:
     return out, cut
 
 
-PER_LANGUAGE_MODELS = ("cnv",)
+PER_LANGUAGE_MODELS = tuple(model_type for model_type, family in FAMILIES.items() if family.per_language)
 """``model_type`` of models with one encoder and tokenizer per language: ``encode`` needs their ``lang``."""
 
 

@@ -1,5 +1,6 @@
-"""The package's import structure, read with ``ast`` (nothing is imported): no import cycle among the modules of
-``hf_tlaser``, and no module imports another module's ``_private`` names.
+"""The package's import structure, read with ``ast`` (nothing is imported): the layer order of docs/architecture.md
+(``LAYERS``), no import cycle among the modules of ``hf_tlaser``, and no module imports another module's ``_private``
+names.
 
 What counts as an import of module A by module B:
 
@@ -31,6 +32,24 @@ KNOWN_CYCLES: list[list[str]] = []
 cycle fails the test, and so does a listed one that is gone (the list stays exact)."""
 KNOWN_PRIVATE_IMPORTS: list[str] = []
 """Likewise for private names taken across modules."""
+LAYERS: list[tuple[str, ...]] = [
+    ("hf_tlaser.errors", "hf_tlaser.version", "hf_tlaser.hardware"),
+    ("hf_tlaser.data", "hf_tlaser.models"),
+    ("hf_tlaser", "hf_tlaser.losses", "hf_tlaser.encoding", "hf_tlaser.tokenization"),
+    ("hf_tlaser.model_folders",),
+    ("hf_tlaser.teachers",),
+    ("hf_tlaser.training", "hf_tlaser.evaluation"),
+    ("hf_tlaser.hub", "hf_tlaser.inference"),
+    ("hf_tlaser.cli",),
+]
+"""The layers of docs/architecture.md, bottom first, each a list of units (a module, or a package with all its
+modules). A unit imports from the layers below it and from itself; the units of one layer ignore each other, except
+those of the base layer (``hardware`` reads ``version``) and of the public API's layer (``hf_tlaser/__init__.py``
+exports the others)."""
+SHARED_LAYERS = (0, 2)
+"""The layers whose units may import each other."""
+NEVER = {"hf_tlaser.hub": "hf_tlaser.training", "hf_tlaser.inference": "hf_tlaser.training"}
+"""Imports that the layers would allow but the doc rules out: what loads a saved folder never imports training."""
 
 
 def module_name(path: Path) -> str:
@@ -193,6 +212,28 @@ def private_imports(imports: list[Import], trees: dict[str, ast.Module], modules
     return sorted(set(found))
 
 
+def unit_of(module: str) -> str | None:
+    """The unit of ``LAYERS`` that holds ``module`` (the module, or a package above it; ``hf_tlaser`` is its
+    ``__init__`` only); None for a module that no layer holds."""
+    units = [unit for layer in LAYERS for unit in layer if module == unit or module.startswith(unit + ".")]
+    return max((unit for unit in units if unit != PACKAGE or module == PACKAGE), key=len, default=None)
+
+
+def layer_violations(imports: list[Import]) -> list[str]:
+    """``importer:line: importer unit -> imported unit`` for each import that goes up a layer, sideways between two
+    units of a layer that keeps them apart, or is in ``NEVER``."""
+    layer = {unit: n for n, units in enumerate(LAYERS) for unit in units}
+    found = []
+    for item in imports:
+        source, target = unit_of(item.importer), unit_of(item.module)
+        if source == target:
+            continue
+        sideways = layer[target] == layer[source] and layer[source] not in SHARED_LAYERS
+        if layer[target] > layer[source] or sideways or NEVER.get(source) == target:
+            found.append(f"{item.importer}:{item.line}: {source} -> {target}")
+    return sorted(set(found))
+
+
 @pytest.fixture(scope="module")
 def package():
     modules = package_modules()
@@ -236,3 +277,28 @@ def test_no_private_name_is_imported_across_modules(package):
     found = private_imports(imports, trees, modules)
     assert found == KNOWN_PRIVATE_IMPORTS
     assert not [line for line in found if line.startswith(f"{PACKAGE}.training")]
+
+
+def test_every_module_has_a_layer(package):
+    modules, _, _ = package
+    assert [name for name in modules if unit_of(name) is None] == []
+
+
+def test_the_layer_check_catches_an_upward_and_a_sideways_import():
+    imports = [
+        Import("hf_tlaser.teachers.loading", "hf_tlaser.evaluation.encoder", 1),
+        Import("hf_tlaser.data.readers", "hf_tlaser.models.registry", 2),
+        Import("hf_tlaser.hub.push", "hf_tlaser.training.spec", 3),
+        Import("hf_tlaser.training.warm", "hf_tlaser.model_folders", 4),
+    ]
+    assert layer_violations(imports) == [
+        "hf_tlaser.data.readers:2: hf_tlaser.data -> hf_tlaser.models",
+        "hf_tlaser.hub.push:3: hf_tlaser.hub -> hf_tlaser.training",
+        "hf_tlaser.teachers.loading:1: hf_tlaser.teachers -> hf_tlaser.evaluation",
+    ]
+
+
+def test_layer_order(package):
+    """Each module imports only from its own unit and the layers below it (docs/architecture.md, "Layers")."""
+    _, imports, _ = package
+    assert layer_violations(imports) == []

@@ -17,9 +17,9 @@ import pytest
 import hf_tlaser
 from hf_tlaser.cli import main as hf_tlaser_main
 from hf_tlaser.errors import UsageError
-from hf_tlaser.evaluation.encoder import load_encoder
 from hf_tlaser.inference import EmbeddingsWriter, check_compatible, read_embeddings
 from hf_tlaser.inference.embed import plan_lines
+from hf_tlaser.model_folders import load_encoder
 
 
 @pytest.fixture(scope="module")

@@ -18,9 +18,9 @@ from test_eval_user_data import user_sets  # noqa: F401 (fixture)
 import hf_tlaser
 from hf_tlaser.evaluation import cli
 from hf_tlaser.evaluation.cli import main
-from hf_tlaser.evaluation.encoder import load_encoder
 from hf_tlaser.evaluation.retrieval import xsim
 from hf_tlaser.evaluation.suite import lexical_reference
+from hf_tlaser.model_folders import load_encoder
 from tests.tiny_models import make_st_model
 
 

@@ -15,7 +15,7 @@ from sentence_transformers import SentenceTransformer
 import hf_tlaser
 from hf_tlaser.cli import main as hf_tlaser_main
 from hf_tlaser.errors import UsageError
-from hf_tlaser.evaluation.encoder import load_encoder
+from hf_tlaser.model_folders import load_encoder
 from hf_tlaser.teachers import (
     ENV_VAR,
     EVAL_PROMPTS,

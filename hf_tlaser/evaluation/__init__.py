@@ -6,6 +6,8 @@ Everything works on embeddings (numpy or torch) or on an ``embed(texts) -> np.nd
 independent of the model. kNN uses faiss when importable, else torch (``backend=`` to force one).
 """
 
+from hf_tlaser.model_folders import laser_mldoc_cleanup
+
 from .classifier import ClassifierConfig, TransferResult, select_epoch, zero_shot_transfer
 from .knn import MARGINS, knn
 from .metrics import load_metric, metric_path
@@ -23,7 +25,6 @@ from .readers import (
     LANGS,
     RETRIEVAL_SETS,
     LabeledSplit,
-    laser_mldoc_cleanup,
     read_flores_devtest,
     read_mldoc,
     read_mldoc_file,

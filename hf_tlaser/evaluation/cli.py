@@ -21,9 +21,8 @@ from hf_tlaser.commands import run_command
 from hf_tlaser.data.languages import parse_languages
 from hf_tlaser.encoding import model_languages
 from hf_tlaser.evaluation.classifier import CLASSIFIERS, ClassifierConfig
-from hf_tlaser.evaluation.encoder import DOCUMENT_WORDS, EncoderEmbed, load_encoder
 from hf_tlaser.evaluation.lexical import NAME as LEXICAL_NAME
-from hf_tlaser.evaluation.provenance import check_model_folder, describe_model
+from hf_tlaser.evaluation.provenance import describe_model
 from hf_tlaser.evaluation.readers import LANGS, is_spec
 from hf_tlaser.evaluation.report import about_table, english_table, summary_table
 from hf_tlaser.evaluation.suite import (
@@ -37,6 +36,7 @@ from hf_tlaser.evaluation.suite import (
     run_suite,
 )
 from hf_tlaser.hardware import PRECISIONS, default_device, resolve_precision
+from hf_tlaser.model_folders import DOCUMENT_WORDS, EncoderEmbed, check_model_folder, load_encoder
 from hf_tlaser.teachers import AUTO, EVAL_PROMPTS, NO_CACHE, TeacherCache, load_teacher
 
 __all__ = ["DOCUMENT_WORDS", "EncoderEmbed", "evaluate_model", "load_encoder", "main", "reference_rows", "summarize"]

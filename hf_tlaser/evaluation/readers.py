@@ -78,21 +78,6 @@ def _aligned(data: dict[str, list[str]], dataset: str) -> dict[str, list[str]]:
 
 # --- classification ---------------------------------------------------------------------------------------
 
-# LASER's tasks/mldoc/mldoc.sh removes text "not useful for classification" with sed before embedding:
-# ' Co .' -> ' Co.', ' Inc . ' -> ' Inc. ', and the Reuters copyright line '(c) Reuters Limited 199x.'.
-_LASER_MLDOC_CLEANUP = (
-    (re.compile(r" Co \."), " Co."),
-    (re.compile(r" Inc \. "), " Inc. "),
-    (re.compile(r"\([cC]\) Reuters Limited 199[0-9]\."), ""),
-)
-
-
-def laser_mldoc_cleanup(text: str) -> str:
-    """An MLDoc document as LASER's ``mldoc.sh`` feeds it to the encoder (its three ``sed`` substitutions)."""
-    for pattern, replacement in _LASER_MLDOC_CLEANUP:
-        text = pattern.sub(replacement, text)
-    return text
-
 
 def read_mldoc_file(path: str | os.PathLike) -> LabeledSplit:
     """One MLDoc file, lines ``label<TAB>text``; labels C/E/G/M or CCAT/ECAT/GCAT/MCAT (mapped to CCAT...)."""

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from string import Template
 
@@ -15,14 +17,7 @@ from huggingface_hub import EvalResult, ModelCardData
 
 from hf_tlaser.data.sources import split_specs
 from hf_tlaser.encoding import model_languages, trained_languages
-from hf_tlaser.evaluation.provenance import (
-    model_name,
-    parameter_counts,
-    read_json,
-    sentence_vector_size,
-    trainable_parameters,
-    training_precision,
-)
+from hf_tlaser.evaluation.provenance import parameter_counts, trainable_parameters, training_precision
 from hf_tlaser.evaluation.report import (
     SUMMARY_KEYS,
     about_table,
@@ -33,6 +28,7 @@ from hf_tlaser.evaluation.report import (
     pair_table,
     summary_table,
 )
+from hf_tlaser.model_folders import model_name, read_json, sentence_vector_size
 from hf_tlaser.models.common.sentence_embedding import describe_modules
 from hf_tlaser.version import __version__
 
@@ -331,26 +327,27 @@ def _yu2018_details(config: dict, model_dir: Path) -> str:
     return _table(["", ""], rows)
 
 
-def _details(config: dict, model_dir: Path) -> str:
-    if model_languages(config) is not None:
-        return _cnv_details(config, model_dir)
-    if config["model_type"] == "yu2018":
-        return _yu2018_details(config, model_dir)
-    if config["model_type"] == "ldt":
-        return _ldt_details(config, model_dir)
+def _tlaser_details(config: dict, model_dir: Path) -> str:
     dim = sentence_vector_size(config)
-    if config["model_type"] == "tlaser":
-        architecture = (
-            f"pre-LN transformer encoder: {config['num_hidden_layers']} layers, hidden size {dim}, "
-            f"{config['num_attention_heads']} heads, FFN {config['intermediate_size']}"
-        )
-        vector = f"{dim}-dim final encoder output at the STR_TAG position (CLS pooling)"
-    else:
-        architecture = (
-            f"BiLSTM encoder: {config.get('num_layers', 1)} layer(s), {config['lstm_hidden_size']} units per "
-            f"direction, {config.get('embed_dim')}-dim token embeddings"
-        )
-        vector = f"{dim}-dim max over the BiLSTM outputs of all tokens (max pooling)"
+    architecture = (
+        f"pre-LN transformer encoder: {config['num_hidden_layers']} layers, hidden size {dim}, "
+        f"{config['num_attention_heads']} heads, FFN {config['intermediate_size']}"
+    )
+    vector = f"{dim}-dim final encoder output at the STR_TAG position (CLS pooling)"
+    return _translation_details(config, model_dir, architecture, vector)
+
+
+def _laser_details(config: dict, model_dir: Path) -> str:
+    architecture = (
+        f"BiLSTM encoder: {config.get('num_layers', 1)} layer(s), {config['lstm_hidden_size']} units per "
+        f"direction, {config.get('embed_dim')}-dim token embeddings"
+    )
+    vector = f"{sentence_vector_size(config)}-dim max over the BiLSTM outputs of all tokens (max pooling)"
+    return _translation_details(config, model_dir, architecture, vector)
+
+
+def _translation_details(config: dict, model_dir: Path, architecture: str, vector: str) -> str:
+    """The details of T-LASER and LASER: their encoder (``architecture``, ``vector``) and their shared objective."""
     beta = float(config.get("distance_beta") or 0)
     objective = "multilingual translation through a decoder that sees only the sentence vector"
     if beta > 0:
@@ -472,6 +469,80 @@ def _limitations(config: dict, train: dict | None) -> str:
     return "\n".join(f"- {item}" for item in items)
 
 
+def _cnv_summary(config: dict, name: str, dim: int, names: str) -> str:
+    constraint = "with" if float(config.get("distance_beta") or 0) > 0 else "NV: without"
+    frozen = "frozen " if config.get("freeze_nmt", True) else ""
+    return (
+        f"A {name} bilingual sentence encoder (Li & Mak, NMT-framework document vectors; {constraint} the "
+        f"distance constraint) trained with hf_tlaser: shared layers over a pair of {frozen}NMT models give one "
+        f"{dim}-dim vector per sentence or document for {names}, each language through its own encoder."
+    )
+
+
+def _yu2018_summary(config: dict, name: str, dim: int, names: str) -> str:
+    return (
+        f"A {name} multilingual sentence encoder (Yu, Li & Oguz 2018, *Multilingual seq2seq training with "
+        f"similarity loss for cross-lingual document classification*) trained with hf_tlaser: one {dim}-dim "
+        f"vector per sentence or document for {names}."
+    )
+
+
+def _ldt_summary(config: dict, name: str, dim: int, names: str) -> str:
+    return (
+        f"An {name} multilingual sentence encoder (Mao et al. 2021, *Lightweight Cross-Lingual Sentence "
+        f"Representation Learning*) trained with hf_tlaser: one {dim}-dim vector per sentence or document for "
+        f"{names}."
+    )
+
+
+def _tlaser_summary(config: dict, name: str, dim: int, names: str) -> str:
+    return (
+        f"A {name} multilingual sentence encoder (Li & Mak 2020, *Transformer based Multilingual document "
+        f"Embedding model*) trained with hf_tlaser: one {dim}-dim vector per sentence or document for {names}."
+    )
+
+
+@dataclass(frozen=True)
+class CardSection:
+    """A family's part of its model card: the Hub tags, the summary (from the config, the model's name, the sentence
+    vector's width and the languages' names), the details table and the citation."""
+
+    tags: tuple[str, ...]
+    summary: Callable[[dict, str, int, str], str]
+    details: Callable[[dict, Path], str]
+    citation: str
+
+
+_ENCODER_TAGS = ("sentence-transformers", "feature-extraction", "sentence-similarity")
+CARD_SECTIONS: dict[str, CardSection] = {
+    "tlaser": CardSection(
+        (*_ENCODER_TAGS, "t-laser", "multilingual"), _tlaser_summary, _tlaser_details, TLASER_CITATION
+    ),
+    "laser": CardSection(
+        (*_ENCODER_TAGS, "t-laser", "multilingual", "laser"), _tlaser_summary, _laser_details, TLASER_CITATION
+    ),
+    "yu2018": CardSection(
+        (*_ENCODER_TAGS, "multilingual", "yu2018", "seq2seq-similarity-loss"),
+        _yu2018_summary,
+        _yu2018_details,
+        YU2018_CITATION,
+    ),
+    "ldt": CardSection(
+        (*_ENCODER_TAGS, "multilingual", "ldt", "lightweight-dual-transformer"),
+        _ldt_summary,
+        _ldt_details,
+        LDT_CITATION,
+    ),
+    "cnv": CardSection(
+        ("feature-extraction", "sentence-similarity", "cnv", "bilingual", "translation-encoders"),
+        _cnv_summary,
+        _cnv_details,
+        CNV_CITATION,
+    ),
+}
+"""``model_type`` -> its card section (one entry per family of ``hf_tlaser.models.registry``)."""
+
+
 def load_results(model_dir: str | os.PathLike, results: str | os.PathLike | dict | None = None) -> dict | None:
     """Evaluation results: ``results`` (a dict or a ``results.json`` path), else the most recently written of
     ``MODEL_DIR/eval/results.json`` (where ``hf-tlaser evaluate`` writes) and ``MODEL_DIR/results.json``."""
@@ -491,7 +562,6 @@ def render_model_card(
     """Markdown model card (YAML metadata + sections) for a saved hf_tlaser model folder."""
     folder = Path(model_dir)
     config = read_model_config(folder)
-    per_language = model_languages(config) is not None
     train = read_json(folder / "hf_tlaser_train.json")
     state = read_json(folder / "trainer_state.json")
     evaluation = load_results(folder, results)
@@ -499,18 +569,10 @@ def render_model_card(
     name = model_name(config)
     languages = trained_languages(config)
     corpora = _corpora(train)
-    if per_language:
-        tags = ["feature-extraction", "sentence-similarity", "cnv", "bilingual", "translation-encoders"]
-    else:
-        tags = ["sentence-transformers", "feature-extraction", "sentence-similarity", "t-laser", "multilingual"]
-    if config["model_type"] == "laser":
-        tags.append("laser")
-    if config["model_type"] == "yu2018":
-        tags = [tag for tag in tags if tag != "t-laser"] + ["yu2018", "seq2seq-similarity-loss"]
-        if pooling_mode(config) is None:  # self-attention pooling: no sentence-transformers layout
-            tags.remove("sentence-transformers")
-    if config["model_type"] == "ldt":
-        tags = [tag for tag in tags if tag != "t-laser"] + ["ldt", "lightweight-dual-transformer"]
+    section = CARD_SECTIONS[config["model_type"]]
+    tags = list(section.tags)
+    if "sentence-transformers" in tags and pooling_mode(config) is None:  # self-attention pooling: no layout
+        tags.remove("sentence-transformers")
     metadata = ModelCardData(
         language=languages,
         license="apache-2.0",
@@ -524,45 +586,19 @@ def render_model_card(
         metadata.model_name, metadata.eval_results = repo_id.split("/")[-1], eval_results
     names = ", ".join(LANGUAGE_NAMES.get(x, x) for x in languages)
     dim = sentence_vector_size(config)
-    if per_language:
-        constraint = "with" if float(config.get("distance_beta") or 0) > 0 else "NV: without"
-        frozen = "frozen " if config.get("freeze_nmt", True) else ""
-        summary = (
-            f"A {name} bilingual sentence encoder (Li & Mak, NMT-framework document vectors; {constraint} the "
-            f"distance constraint) trained with hf_tlaser: shared layers over a pair of {frozen}NMT models give one "
-            f"{dim}-dim vector per sentence or document for {names}, each language through its own encoder."
-        )
-    elif config["model_type"] == "yu2018":
-        summary = (
-            f"A {name} multilingual sentence encoder (Yu, Li & Oguz 2018, *Multilingual seq2seq training with "
-            f"similarity loss for cross-lingual document classification*) trained with hf_tlaser: one {dim}-dim "
-            f"vector per sentence or document for {names}."
-        )
-    elif config["model_type"] == "ldt":
-        summary = (
-            f"An {name} multilingual sentence encoder (Mao et al. 2021, *Lightweight Cross-Lingual Sentence "
-            f"Representation Learning*) trained with hf_tlaser: one {dim}-dim vector per sentence or document for "
-            f"{names}."
-        )
-    else:
-        summary = (
-            f"A {name} multilingual sentence encoder (Li & Mak 2020, *Transformer based Multilingual document "
-            f"Embedding model*) trained with hf_tlaser: one {dim}-dim vector per sentence or document for {names}."
-        )
+    summary = section.summary(config, name, dim, names)
     return Template(TEMPLATE.read_text(encoding="utf-8")).substitute(
         metadata=metadata.to_yaml(),
         marker=GENERATED_MARKER,
         title=f"{name}: {repo_id.split('/')[-1]}",
         summary=summary,
-        details=_details(config, folder),
+        details=section.details(config, folder),
         language_names=names,
         usage=_usage(config, repo_id),
         training=_training(train, state),
         evaluation=_evaluation(evaluation),
         limitations=_limitations(config, train),
-        citation=CNV_CITATION
-        if per_language
-        else {"ldt": LDT_CITATION, "yu2018": YU2018_CITATION}.get(config["model_type"], TLASER_CITATION),
+        citation=section.citation,
         version=__version__,
     )
 

@@ -45,11 +45,9 @@ from hf_tlaser.data.lengths import token_counts
 from hf_tlaser.data.readers import iter_lines
 from hf_tlaser.encoding import DOCUMENT_MODES, split_sentences
 from hf_tlaser.errors import UsageError
-from hf_tlaser.evaluation.encoder import DOCUMENT_WORDS
 from hf_tlaser.hardware import PRECISIONS, resolve_precision
+from hf_tlaser.model_folders import AUTO, DOCUMENT_WORDS, EVAL_PROMPTS
 from hf_tlaser.teachers.loading import (
-    AUTO,
-    EVAL_PROMPTS,
     VECTORS_PREFIX,
     HfTlaserTeacher,
     SentenceTransformerTeacher,

@@ -9,12 +9,11 @@ Typical use by a trainer::
     targets = cache.get(english_texts)  # float32 [N, teacher.dim], in input order
 """
 
+from hf_tlaser.model_folders import AUTO, EVAL_PROMPTS, NO_PROMPT, choose_prompt, model_folder
+
 from .cache import ENV_VAR, NO_CACHE, CacheStats, TeacherCache, cache_root
 from .cli import teacher_texts
 from .loading import (
-    AUTO,
-    EVAL_PROMPTS,
-    NO_PROMPT,
     SPEC_HELP,
     TRAIN_PROMPTS,
     VECTORS_PREFIX,
@@ -22,10 +21,8 @@ from .loading import (
     SentenceTransformerTeacher,
     Teacher,
     VectorsTeacher,
-    choose_prompt,
     folder_fingerprint,
     load_teacher,
-    model_folder,
 )
 from .vectors import text_keys, texts_digest, write_vectors
 

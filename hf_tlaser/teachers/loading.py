@@ -34,6 +34,19 @@ import torch
 
 from hf_tlaser.errors import UsageError
 from hf_tlaser.hardware import default_device, resolve_precision
+from hf_tlaser.model_folders import (
+    AUTO,
+    EVAL_PROMPTS,
+    MODEL_TYPES,
+    EncoderEmbed,
+    check_model_folder,
+    choose_prompt,
+    first_line,
+    load_encoder,
+    model_folder,
+    model_name,
+    sentence_vector_size,
+)
 
 from .cache import cache_root
 from .vectors import FORMAT, KEY_DTYPE, VERSION, save_json, sidecar_paths, text_keys, texts_digest
@@ -41,11 +54,6 @@ from .vectors import FORMAT, KEY_DTYPE, VERSION, save_json, sidecar_paths, text_
 logger = logging.getLogger(__name__)
 
 VECTORS_PREFIX = "vectors:"
-AUTO = "auto"
-"""``prompt_name`` default: the first of the preferred prompt names that the model defines, else its default prompt."""
-NO_PROMPT = "none"
-EVAL_PROMPTS = ("query",)
-"""Preferred prompt names for evaluation rows: e5 asks ``query: `` for symmetric tasks (bitext mining, features)."""
 TRAIN_PROMPTS = EVAL_PROMPTS
 """Preferred prompt names for the texts a student is distilled on: the evaluation rows' (e5: ``query: ``), so that
 the student learns the space it is judged in (``scripts/teacher_prompt.py``; docs/training.md, "Teacher prompt")."""
@@ -335,28 +343,7 @@ def card_languages(folder: Path) -> list[str] | None:
     return codes or None
 
 
-def _first_line(error: BaseException) -> str:
-    return (str(error).strip().splitlines() or [type(error).__name__])[0]
-
-
 # ---------------------------------------------------------------------------------------------------- loading
-
-
-def choose_prompt(
-    prompts: dict[str, str | None], default_name: str | None, prompt_name: str | None, prefer: Sequence[str], where: str
-) -> tuple[str | None, str | None]:
-    """``(name, text)`` of the prompt to prepend (``(None, None)``: none). ``prompt_name``: ``auto`` (the first of
-    ``prefer`` the model defines, else its default prompt), ``none``/None, or a name the model must define."""
-    prompts = {name: text for name, text in (prompts or {}).items() if text}
-    if prompt_name in (None, "", NO_PROMPT):
-        return None, None
-    if prompt_name == AUTO:
-        name = next((name for name in prefer if name in prompts), default_name if default_name in prompts else None)
-        return (name, prompts[name]) if name else (None, None)
-    if prompt_name not in prompts:
-        known = ", ".join(f"{name} ({text!r})" for name, text in prompts.items()) or "none"
-        raise UsageError(f"{where}: no prompt named {prompt_name!r}; its prompts: {known}; or give auto or none")
-    return prompt_name, prompts[prompt_name]
 
 
 def _load_sentence_transformer(
@@ -367,7 +354,7 @@ def _load_sentence_transformer(
     try:
         model = SentenceTransformer(str(folder), device=str(device), local_files_only=True)
     except Exception as err:  # noqa: BLE001 - any loading failure is the user's folder
-        raise UsageError(f"{where}: cannot load it as a sentence-transformers model ({_first_line(err)})") from None
+        raise UsageError(f"{where}: cannot load it as a sentence-transformers model ({first_line(err)})") from None
     model.eval()
     name, prompt = choose_prompt(model.prompts, model.default_prompt_name, prompt_name, prefer, where)
     width = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
@@ -390,8 +377,6 @@ def _load_hf_tlaser(
     spec: str, folder: Path, identity: str, argument: str, device, precision: str, batch_size
 ) -> HfTlaserTeacher:
     from hf_tlaser.encoding import model_languages, trained_languages
-    from hf_tlaser.evaluation.encoder import EncoderEmbed, load_encoder
-    from hf_tlaser.evaluation.provenance import check_model_folder, model_name, sentence_vector_size
 
     where = f"{argument} {spec!r}"
     config = check_model_folder(folder, argument)
@@ -403,7 +388,7 @@ def _load_hf_tlaser(
     try:
         model, tokenizer = load_encoder(folder)
     except Exception as err:  # noqa: BLE001 - any loading failure is the user's folder
-        raise UsageError(f"{where}: cannot load the model ({_first_line(err)})") from None
+        raise UsageError(f"{where}: cannot load the model ({first_line(err)})") from None
     embed = EncoderEmbed(model, tokenizer, device, resolve_precision(precision, device).autocast_dtype)
     return HfTlaserTeacher(
         embed,
@@ -432,7 +417,7 @@ def _load_vectors(spec: str, argument: str) -> VectorsTeacher:
         shape = np.load(matrix, mmap_mode="r").shape
         key_array = np.load(keys, mmap_mode="r")
     except (OSError, ValueError, EOFError) as err:
-        raise UsageError(f"{where}: unreadable ({_first_line(err)}); {hint}") from None
+        raise UsageError(f"{where}: unreadable ({first_line(err)}); {hint}") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("version") != VERSION:
         raise UsageError(f"{where}: {sidecar} is not a {FORMAT} v{VERSION} sidecar; {hint}")
     rows = meta.get("rows")
@@ -460,42 +445,6 @@ def _load_vectors(spec: str, argument: str) -> VectorsTeacher:
 def _display_name(spec: str, folder: Path) -> str:
     looks_local = spec.startswith((".", "/", "~")) or Path(spec).exists()
     return folder.resolve().name if looks_local else spec
-
-
-def _hub_snapshot(spec: str, revision: str | None, where: str, hint: str) -> tuple[Path, str]:
-    """Download (or find in the Hugging Face cache) the files of a Hub model; its folder and ``ID@COMMIT``."""
-    repo_id, _, at = spec.partition("@")
-    revision = revision or at or None
-    from huggingface_hub import snapshot_download
-
-    try:
-        folder = Path(
-            snapshot_download(
-                repo_id,
-                revision=revision,
-                ignore_patterns=["onnx/*", "openvino/*", "*.onnx", "*.h5", "*.msgpack", "*.ot", "flax_model*", "tf_*"],
-            )
-        )
-    except Exception as err:  # noqa: BLE001 - offline, unknown id, gated...
-        raise UsageError(
-            f"{where}: no such folder, and not a loadable Hub model id ({_first_line(err)}); give {hint}"
-        ) from None
-    return folder, f"{repo_id}@{folder.name}"
-
-
-def model_folder(spec: str, where: str, revision: str | None = None, hint: str = SPEC_HELP) -> tuple[Path, str]:
-    """The local folder of a model SPEC (a folder, or a Hub id ``ID[@REVISION]`` downloaded or found in the cache)
-    and its identity (the resolved path, or ``hub:ID@COMMIT``); UsageError prefixed with ``where`` ending in
-    ``give {hint}``."""
-    folder = Path(spec).expanduser()
-    if folder.is_dir():
-        return folder, str(folder.resolve())
-    if folder.exists():
-        raise UsageError(f"{where} is a file, not a model folder; give {hint}")
-    if spec.startswith((".", "/", "~")) or spec.count("/") > 1 or "\\" in spec:
-        raise UsageError(f"{where}: no such folder; give {hint}")
-    folder, identity = _hub_snapshot(spec, revision, where, hint)
-    return folder, f"hub:{identity}"
 
 
 def load_teacher(
@@ -532,11 +481,9 @@ def load_teacher(
         if texts is not None:
             teacher.check_texts(texts)
         return teacher
-    folder, identity = model_folder(spec, where, revision)
+    folder, identity = model_folder(spec, where, revision, SPEC_HELP)
     device = torch.device(device) if device is not None else default_device()
     config = _read_config(folder / "config.json", where)
-    from hf_tlaser.evaluation.provenance import MODEL_TYPES
-
     if config is not None and config.get("model_type") in MODEL_TYPES:
         teacher = _load_hf_tlaser(spec, folder, identity, argument, device, precision, batch_size)
     elif config is not None or (folder / "modules.json").is_file():
@@ -555,7 +502,7 @@ def _read_config(path: Path, where: str) -> dict | None:
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
-        raise UsageError(f"{where}: unreadable config.json ({_first_line(err)})") from None
+        raise UsageError(f"{where}: unreadable config.json ({first_line(err)})") from None
     if not isinstance(config, dict):
         raise UsageError(f"{where}: config.json is not a JSON object")
     return config

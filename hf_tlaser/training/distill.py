@@ -19,6 +19,7 @@ from transformers import PretrainedConfig, PreTrainedTokenizerBase
 from hf_tlaser.data import Pair, ParallelExamples
 from hf_tlaser.errors import UsageError
 from hf_tlaser.teachers import NO_CACHE, Teacher, TeacherCache, VectorsTeacher, load_teacher
+from hf_tlaser.training.presets import TEACHER_HEAD_MEMBERS
 from hf_tlaser.training.spec import RunSpec
 from hf_tlaser.training.trainer import DISTILL_INPUTS
 
@@ -46,11 +47,11 @@ def check_widths(teacher: Teacher, config: PretrainedConfig, spec: RunSpec) -> N
     """UsageError when the teacher's and the student's sentence vectors differ in width."""
     width = student_width(config)
     if teacher.dim != width:
-        head = "" if hasattr(config, "teacher_dim") else " (no projection head for this family)"
+        head = "" if spec.model in TEACHER_HEAD_MEMBERS else " (no projection head for this family)"
         raise UsageError(
             f"--teacher {spec.teacher}: its vectors have {teacher.dim} dimensions, the student's {width}{head}; add a "
-            f"projection head with --set teacher_dim={teacher.dim} (tlaser, ctlaser, ldt) or train a student of the "
-            f"teacher's width"
+            f"projection head with --set teacher_dim={teacher.dim} ({', '.join(TEACHER_HEAD_MEMBERS)}) or train a "
+            "student of the teacher's width"
         )
 
 

@@ -1,5 +1,5 @@
-"""Which training each ``--model`` runs: a family with its own data path (cNV: an NMT pair, then the shared layers
-over it) is listed in ``TRAINERS``; every other family trains on one joint BPE (``train_joint``)."""
+"""Which training each ``--model`` runs: its member's data path (``presets.MEMBERS``) picks it in ``TRAINERS``:
+one joint BPE (``train_joint``), or an NMT pair and then the shared layers over it (cNV, ``train_cnv``)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,12 @@ from collections.abc import Callable
 
 from hf_tlaser.training.cnv import train_cnv
 from hf_tlaser.training.joint import train_joint
+from hf_tlaser.training.presets import MEMBERS
 from hf_tlaser.training.spec import RunSpec
 from hf_tlaser.training.trainer import LaserTrainer
 
-TRAINERS: dict[str, Callable[[RunSpec], LaserTrainer]] = {"cnv": train_cnv}
-"""``--model`` -> its training, for the families that do not train on one joint BPE."""
+TRAINERS: dict[str, Callable[[RunSpec], LaserTrainer]] = {"joint": train_joint, "nmt": train_cnv}
+"""Data path (``Member.data_path``) -> its training."""
 
 
 def train(spec: RunSpec) -> LaserTrainer:
@@ -21,4 +22,4 @@ def train(spec: RunSpec) -> LaserTrainer:
     family does not take (``RunSpec.check_families``).
     """
     spec.check_families()
-    return TRAINERS.get(spec.model, train_joint)(spec)
+    return TRAINERS[MEMBERS[spec.model].data_path](spec)

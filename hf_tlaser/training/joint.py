@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 
-import torch
 from transformers import AutoTokenizer, PretrainedConfig, PreTrainedTokenizerBase
 
 from hf_tlaser.data import Pair, TranslationCollator, decoder_languages
 from hf_tlaser.errors import UsageError
+from hf_tlaser.models.registry import FAMILIES
 from hf_tlaser.teachers import Teacher
 from hf_tlaser.tokenization import save_tokenizer, write_token_report
 from hf_tlaser.training.distill import (
@@ -28,7 +28,7 @@ from hf_tlaser.training.distill import (
     warn_languages,
 )
 from hf_tlaser.training.plan import DataPlan, plan_corpus, plan_data, plan_stream, train_joint_bpe
-from hf_tlaser.training.presets import Preset, Recipe, get_preset
+from hf_tlaser.training.presets import DECODER_VOCAB_MEMBERS, Preset, Recipe, get_preset
 from hf_tlaser.training.run import Run
 from hf_tlaser.training.run_dir import check_checkpoint, check_output_dir, check_resume, check_resume_config
 from hf_tlaser.training.spec import RunSpec, config_overrides
@@ -90,15 +90,12 @@ def resume_tokenizer(checkpoint: Path) -> Path:
     raise UsageError(f"--resume {checkpoint}: no tokenizer.json in {checkpoint} or {checkpoint.parent}")
 
 
-def model_languages_for(preset: Preset, pairs: list[Pair], overrides: dict) -> list[str]:
+def model_languages_for(preset: Preset, pairs: list[Pair]) -> list[str]:
     """``config.languages`` for the curriculum: the rows of the model's language table (the targets of ``pairs``,
     and their sources for a model that also translates back, Yu 2018), or every curriculum language for a model
     without one (LDT)."""
-    with torch.device("meta"):  # a probe: which tables and inputs the architecture has, no weights allocated
-        probe = preset.model_class(preset.make_config(1000, **overrides))
-    if not any(name.endswith("embed_langs") for name, _ in probe.named_modules()):
-        return decoder_languages(pairs, with_sources=True)
-    return decoder_languages(pairs, with_sources=getattr(probe, "needs_source_language", False))
+    family = FAMILIES[preset.config_class.model_type]
+    return decoder_languages(pairs, with_sources=family.translates_back or not family.language_table)
 
 
 def resumed_languages(checkpoint: Path, needed: list[str]) -> list[str] | None:
@@ -183,7 +180,7 @@ def check_joint(spec: RunSpec) -> JointPlan:
             "generalisation",
             ", ".join(evaluation),
         )
-    needed = model_languages_for(preset, plan.pairs, overrides)
+    needed = model_languages_for(preset, plan.pairs)
     table = overrides.get("languages") or (checkpoint and resumed_languages(checkpoint, needed)) or needed
     missing = sorted(set(needed) - set(table))
     if missing:
@@ -220,8 +217,7 @@ def check_decoder_vocab(spec: RunSpec, preset: Preset) -> str:
     """``--decoder-vocab`` of the run (default: ``targets`` with ``--init-from``, else ``full``); UsageError for a
     member without a translation decoder or a streamed corpus (whose targets are not known in advance)."""
     choice = spec.decoder_vocab or ("targets" if spec.init_from else "full")
-    has_decoder = "decoder_vocab_size" in inspect.signature(preset.config_class.__init__).parameters
-    if choice == "targets" and not has_decoder:
+    if choice == "targets" and spec.model not in DECODER_VOCAB_MEMBERS:
         if spec.decoder_vocab:
             raise UsageError(f"--decoder-vocab targets: --model {spec.model} has no translation decoder")
         return "full"

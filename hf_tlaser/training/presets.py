@@ -10,19 +10,9 @@ from dataclasses import dataclass, field, replace
 
 from transformers import PretrainedConfig
 
-from hf_tlaser.models.cnv import CNVConfig, CNVModel
-from hf_tlaser.models.laser import LaserConfig, LaserForTranslation
-from hf_tlaser.models.ldt import LDTConfig, LDTForAlignment
-from hf_tlaser.models.tlaser import TLaserConfig, TLaserForTranslation
-from hf_tlaser.models.yu2018 import Yu2018Config, Yu2018ForTranslation
+from hf_tlaser.models.family import Family
+from hf_tlaser.models.registry import FAMILIES
 
-MODELS = ("tlaser", "ctlaser", "laser1", "laser6", "claser6", "cnv", "yu2018", "ldt")
-JOINT_BPE = tuple(model for model in MODELS if model != "cnv")
-"""The families trained on one joint BPE (``hf_tlaser.training.joint``); cnv trains over its NMT pair's own
-tokenizers."""
-DECODER_VOCAB_MEMBERS = ("tlaser", "ctlaser")
-"""The families whose translation decoder can be restricted to the pieces of the training targets
-(``--decoder-vocab``)."""
 SIZES = ("paper", "small", "tiny")
 
 
@@ -262,30 +252,73 @@ WARM_ENCODER_LR = 2e-5
 WARM_FREEZE_UPDATES = 0
 
 
+@dataclass(frozen=True)
+class Member:
+    """A ``--model``: its family (the model-side facts, ``hf_tlaser.models.registry``), the config values that make it
+    this member (``variant``: cT-LASER's distance constraint, LASER's depth), its sizes and recipes, and its data
+    path (``joint``: one joint BPE, ``training.joint``; ``nmt``: an NMT pair first, ``training.cnv``)."""
+
+    name: str
+    family: Family
+    sizes: dict[str, dict]
+    recipes: dict[str, Recipe]
+    variant: dict = field(default_factory=dict)
+    nmt: dict[str, NMTPreset] | None = None
+    data_path: str = "joint"
+
+    def preset(self, size: str) -> Preset:
+        """This member at ``size`` (fresh copies: a caller may change them)."""
+        nmt = self.nmt and self.nmt[size]
+        if nmt is not None:
+            nmt = replace(nmt, config_kwargs=dict(nmt.config_kwargs), recipe=replace(nmt.recipe))
+        kwargs = {**self.sizes[size], **self.variant}
+        family = self.family
+        return Preset(
+            f"{self.name}-{size}", family.config_class, family.trained_class, kwargs, replace(self.recipes[size]), nmt
+        )
+
+
+MEMBERS: dict[str, Member] = {
+    member.name: member
+    for member in (
+        Member("tlaser", FAMILIES["tlaser"], _TLASER_SIZES, _RECIPES, _PLAIN),
+        Member("ctlaser", FAMILIES["tlaser"], _TLASER_SIZES, _RECIPES, _CONSTRAINED),
+        Member("laser1", FAMILIES["laser"], _LASER_SIZES, _RECIPES, {"num_layers": 1, **_PLAIN}),
+        Member("laser6", FAMILIES["laser"], _LASER_SIZES, _RECIPES, {"num_layers": 6, **_PLAIN}),
+        Member("claser6", FAMILIES["laser"], _LASER_SIZES, _RECIPES, {"num_layers": 6, **_CONSTRAINED}),
+        Member("cnv", FAMILIES["cnv"], _CNV_SIZES, _CNV_RECIPES, nmt=_NMT, data_path="nmt"),
+        Member("yu2018", FAMILIES["yu2018"], _YU2018_SIZES, _YU2018_RECIPES),
+        Member("ldt", FAMILIES["ldt"], _LDT_SIZES, _LDT_RECIPES),
+    )
+}
+"""``--model`` -> its member; adding a family is its folder (``hf_tlaser.models``), its entry in the models' registry,
+and its members here."""
+MODELS = tuple(MEMBERS)
+
+
+def members(capability: str) -> tuple[str, ...]:
+    """The ``--model`` names whose family has ``capability`` (a boolean field of ``Family``), in ``MODELS`` order."""
+    return tuple(name for name, member in MEMBERS.items() if getattr(member.family, capability))
+
+
+JOINT_BPE = tuple(name for name, member in MEMBERS.items() if member.data_path == "joint")
+"""The families trained on one joint BPE (``hf_tlaser.training.joint``); cnv trains over its NMT pair's own
+tokenizers."""
+DECODER_VOCAB_MEMBERS = members("decoder_vocab")
+"""The families whose translation decoder can be restricted to the pieces of the training targets
+(``--decoder-vocab``)."""
+BACKBONE_MEMBERS = members("takes_backbone")
+"""The members whose encoder a pretrained transformer can replace (``--init-from``)."""
+MULTIWAY_FAMILIES = members("multiway")
+"""The families that train on multi-way batches (``--batching multiway``); the others on bilingual ones."""
+TEACHER_HEAD_MEMBERS = members("teacher_head")
+"""The members with a projection head to a teacher's width (``--set teacher_dim``)."""
+
+
 def get_preset(model: str, size: str = "tiny") -> Preset:
     """The preset for ``model`` (one of MODELS) at ``size`` (one of SIZES)."""
     if model not in MODELS:
         raise ValueError(f"unknown model {model!r}; expected one of {MODELS}")
     if size not in SIZES:
         raise ValueError(f"unknown preset {size!r}; expected one of {SIZES}")
-    if model == "cnv":
-        nmt = replace(_NMT[size], config_kwargs=dict(_NMT[size].config_kwargs), recipe=replace(_NMT[size].recipe))
-        return Preset(f"cnv-{size}", CNVConfig, CNVModel, dict(_CNV_SIZES[size]), replace(_CNV_RECIPES[size]), nmt)
-    if model == "ldt":
-        return Preset(f"ldt-{size}", LDTConfig, LDTForAlignment, dict(_LDT_SIZES[size]), replace(_LDT_RECIPES[size]))
-    if model == "yu2018":
-        recipe = replace(_YU2018_RECIPES[size])
-        return Preset(f"yu2018-{size}", Yu2018Config, Yu2018ForTranslation, dict(_YU2018_SIZES[size]), recipe)
-    recipe = replace(_RECIPES[size])
-    if model in ("tlaser", "ctlaser"):
-        kwargs = {**_TLASER_SIZES[size], **(_CONSTRAINED if model == "ctlaser" else _PLAIN)}
-        return Preset(f"{model}-{size}", TLaserConfig, TLaserForTranslation, kwargs, recipe)
-    layers = 1 if model == "laser1" else 6
-    kwargs = {**_LASER_SIZES[size], "num_layers": layers, **(_CONSTRAINED if model == "claser6" else _PLAIN)}
-    return Preset(f"{model}-{size}", LaserConfig, LaserForTranslation, kwargs, recipe)
-
-
-MULTIWAY_FAMILIES = tuple(
-    model for model in JOINT_BPE if getattr(get_preset(model).model_class, "supports_multiway", True)
-)
-"""The families that train on multi-way batches (``--batching multiway``); the others on bilingual ones."""
+    return MEMBERS[model].preset(size)

@@ -19,6 +19,7 @@ from transformers import PretrainedConfig
 from hf_tlaser.data import COMPOSITIONS, DEFAULT_PIVOTS, DEFAULT_TRAIN_CORPORA
 from hf_tlaser.errors import UsageError
 from hf_tlaser.training.presets import (
+    BACKBONE_MEMBERS,
     DECODER_VOCAB_MEMBERS,
     JOINT_BPE,
     MODELS,
@@ -30,7 +31,6 @@ from hf_tlaser.training.presets import (
     Recipe,
 )
 from hf_tlaser.training.trainer import LR_SCHEDULES
-from hf_tlaser.training.warm import BACKBONE_MEMBERS
 
 RECIPE_FLAGS = (
     "vocab_size",

@@ -39,19 +39,19 @@ from transformers import (
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
 from hf_tlaser.errors import UsageError
+from hf_tlaser.model_folders import EVAL_PROMPTS, choose_prompt, model_folder
 from hf_tlaser.models.common.sentence_embedding import (
     DEFAULT_ACTIVATION,
     SENTENCE_MODULES,
     describe_modules,
     torch_activation,
 )
-from hf_tlaser.teachers import EVAL_PROMPTS, choose_prompt, model_folder
+from hf_tlaser.models.registry import FAMILIES
 from hf_tlaser.tokenization import MODEL_INPUT_NAMES
+from hf_tlaser.training.presets import BACKBONE_MEMBERS
 
 logger = logging.getLogger("hf_tlaser.train")
 
-BACKBONE_MEMBERS = ("tlaser", "ctlaser", "ldt")
-"""The members whose encoder a pretrained transformer can replace."""
 INIT_HINT = "a Hugging Face encoder folder or Hub id (XLM-R, BERT, e5, LaBSE, ...) or a sentence-transformers folder"
 DECODER_VOCABS = ("full", "targets")
 POOLING_CHOICES = ("cls", "mean", "backbone")
@@ -277,7 +277,7 @@ def check_backbone(spec: str, model: str, tokenizer_flag: str | None, prompt_nam
     except Exception as err:  # noqa: BLE001 - any loading failure is the user's folder
         raise UsageError(f"{where}: cannot read its config ({' '.join(str(err).split())[:200]})") from None
     kind = config.model_type
-    if config.model_type in ("tlaser", "laser", "yu2018", "ldt", "cnv"):
+    if config.model_type in FAMILIES:
         raise UsageError(f"{where} is an hf_tlaser {kind} model: continue it with --resume, or teach with --teacher")
     if getattr(config, "is_encoder_decoder", False):
         raise UsageError(f"{where} is a sequence-to-sequence model ({kind}); give an encoder-only model")

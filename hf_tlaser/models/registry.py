@@ -1,0 +1,21 @@
+"""Every model family, one entry each: the ``FAMILY`` of its folder (``hf_tlaser/models/<folder>/family.py``).
+Adding a family is a folder with its ``family.py`` and one line here."""
+
+from __future__ import annotations
+
+from hf_tlaser.models.cnv.family import FAMILY as CNV
+from hf_tlaser.models.family import Family
+from hf_tlaser.models.laser.family import FAMILY as LASER
+from hf_tlaser.models.ldt.family import FAMILY as LDT
+from hf_tlaser.models.tlaser.family import FAMILY as TLASER
+from hf_tlaser.models.yu2018.family import FAMILY as YU2018
+
+FAMILIES: dict[str, Family] = {family.model_type: family for family in (TLASER, LASER, YU2018, LDT, CNV)}
+"""``model_type`` -> its family."""
+
+
+def family_of(config) -> Family | None:
+    """The family of a config (a dict or a ``PretrainedConfig``) or a model; None for another library's model."""
+    config = getattr(config, "config", config)
+    model_type = config.get("model_type") if isinstance(config, dict) else getattr(config, "model_type", None)
+    return FAMILIES.get(model_type)

@@ -137,14 +137,10 @@ class JointPlan:
 
 
 def check_joint(spec: RunSpec) -> JointPlan:
-    """The checks of a joint-BPE family's run, before any corpus text is read; UsageError on a mistake."""
-    for flag in ("nmt_steps", "nmt_pair"):
-        if getattr(spec, flag) is not None:
-            raise UsageError(f"--{flag.replace('_', '-')} is an option of --model cnv, not of --model {spec.model}")
+    """The checks of a joint-BPE family's run, before any corpus text is read; UsageError on a mistake. Flags the
+    family does not take were refused before (``RunSpec.check_families``)."""
     preset = get_preset(spec.model, spec.preset)
     recipe = spec.recipe(preset)
-    if recipe.batching == "multiway" and not getattr(preset.model_class, "supports_multiway", True):
-        raise UsageError(f"--batching multiway: --model {spec.model} trains on bilingual batches only (use pair)")
     if spec.streaming and recipe.batching != "pair":
         raise UsageError(
             "--streaming trains with --batching pair: multi-way batching assigns every group by the rarest pair of "
@@ -215,12 +211,10 @@ def check_joint(spec: RunSpec) -> JointPlan:
 
 def check_decoder_vocab(spec: RunSpec, preset: Preset) -> str:
     """``--decoder-vocab`` of the run (default: ``targets`` with ``--init-from``, else ``full``); UsageError for a
-    member without a translation decoder or a streamed corpus (whose targets are not known in advance)."""
+    streamed corpus (whose targets are not known in advance)."""
     choice = spec.decoder_vocab or ("targets" if spec.init_from else "full")
     if choice == "targets" and spec.model not in DECODER_VOCAB_MEMBERS:
-        if spec.decoder_vocab:
-            raise UsageError(f"--decoder-vocab targets: --model {spec.model} has no translation decoder")
-        return "full"
+        return "full"  # the flag itself is refused for such a member (RunSpec.check_families)
     if choice == "targets" and spec.streaming:
         raise UsageError("--decoder-vocab targets reads every training target first: not with --streaming (use full)")
     return choice

@@ -48,7 +48,6 @@ from hf_tlaser.models.common.sentence_embedding import (
 )
 from hf_tlaser.models.registry import FAMILIES
 from hf_tlaser.tokenization import MODEL_INPUT_NAMES
-from hf_tlaser.training.presets import BACKBONE_MEMBERS
 
 logger = logging.getLogger("hf_tlaser.train")
 
@@ -258,14 +257,9 @@ def with_prompt(tokenizer: PreTrainedTokenizerFast, prompt: str | None) -> PreTr
 
 def check_backbone(spec: str, model: str, tokenizer_flag: str | None, prompt_name: str | None = "auto") -> Backbone:
     """Load and check an ``--init-from`` SPEC for ``--model`` (config and tokenizer; the weights come later):
-    UsageError (one line) for a member without a transformer encoder, ``--tokenizer`` given too, a SPEC that cannot
-    be loaded, a model that is not an encoder, or a tokenizer without a fast version."""
+    UsageError (one line) for ``--tokenizer`` given too, a SPEC that cannot be loaded, a model that is not an encoder,
+    or a tokenizer without a fast version. ``model`` takes a backbone (``RunSpec.check_families`` refused others)."""
     where = f"--init-from {spec!r}"
-    if model not in BACKBONE_MEMBERS:
-        raise UsageError(
-            f"--init-from: --model {model} encodes with a BiLSTM over its own embeddings, which no pretrained "
-            f"transformer's weights fit; use one of {', '.join(BACKBONE_MEMBERS)}"
-        )
     if tokenizer_flag:
         raise UsageError(f"--init-from trains with the backbone's tokenizer: drop --tokenizer {tokenizer_flag}")
     folder, identity = model_folder(spec, where, hint=INIT_HINT)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from hf_tlaser.encoding import PER_LANGUAGE_MODELS, model_languages
 from hf_tlaser.errors import UsageError
-from hf_tlaser.models.tlaser.sentence_embedding import POOLING, embedding_dim
+from hf_tlaser.models.common.pooling import POOLING, embedding_dim
 
 TRAIN_HINT = "pass the --output-dir of `hf-tlaser train` (a folder with config.json, weights and tokenizer)"
 MODEL_TYPES = (*POOLING, *PER_LANGUAGE_MODELS)

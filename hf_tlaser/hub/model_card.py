@@ -33,7 +33,7 @@ from hf_tlaser.evaluation.report import (
     pair_table,
     summary_table,
 )
-from hf_tlaser.models.common.sentence_embedding import describe_modules
+from hf_tlaser.models.common.pooling import describe_modules
 from hf_tlaser.version import __version__
 
 from .st_layout import pooling_mode, read_model_config

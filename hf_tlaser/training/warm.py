@@ -39,7 +39,7 @@ from transformers import (
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
 from hf_tlaser.errors import UsageError
-from hf_tlaser.models.common.sentence_embedding import (
+from hf_tlaser.models.common.pooling import (
     DEFAULT_ACTIVATION,
     SENTENCE_MODULES,
     describe_modules,

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from hf_tlaser.hardware import default_device, resolve_precision
-from hf_tlaser.models.common.sentence_embedding import repeated_prompt_message
+from hf_tlaser.models.common.encode import repeated_prompt_message
 from hf_tlaser.models.registry import FAMILIES
 
 logger = logging.getLogger(__name__)

@@ -5,7 +5,7 @@ The implementation lives next to the model code (it must travel with ``trust_rem
 its public home.
 """
 
-from hf_tlaser.models.tlaser.sentence_embedding import (
+from hf_tlaser.models.common.losses import (
     DistanceLossOutput,
     align_loss,
     centered_pair_cosine,

@@ -45,12 +45,13 @@ MODULES: dict[str, dict[str, list[str]]] = {
         # hf_tlaser.losses: the cT-LASER distance constraint (eq. 7-10), alignment loss, in-batch negatives, and the
         # loss of a translation batch that combines them (mean_pairwise_cosine and centered_pair_cosine are
         # decorated with torch.no_grad, which mutmut 3 does not mutate)
-        "hf_tlaser/models/common/sentence_embedding.py": [
+        "hf_tlaser/models/common/losses.py": [
             "x_unique_pairs",
             "x_sample_negatives",
             "x_distance_constraint_loss",
             "x_align_loss",
-            "xǁTranslationMixinǁ_pair_losses",
+            "x_translation_loss",
+            "x_distance_constrained_loss",
         ],
         # the sampled softmax of the decoder's training scores
         "hf_tlaser/models/tlaser/modeling_tlaser.py": ["xǁTLaserForTranslationǁtraining_logits"],
@@ -91,10 +92,9 @@ TEST_FILES = [
     "tests/test_mutants_core.py",
 ]
 # subprocesses import the tree's code, not the mutant (DDP, push, fresh process); the 100000-text vectors file took
-# 230 s alone; test_multiway_forward_uses_groups patches the function's __globals__, which under mutmut's trampoline
-# are mutmut's own; test_projection_head_survives_save_and_load loads the saved folder with trust_remote_code, which
-# imports a copy of the mutated module whose trampoline looks for mutmut's config in the wrong folder (the stats pass
-# stops there)
+# 230 s alone; test_multiway_forward_uses_groups patches a module global that mutmut's trampoline bypasses;
+# test_projection_head_survives_save_and_load loads the saved folder with trust_remote_code, which imports a copy of
+# the mutated module whose trampoline looks for mutmut's config in the wrong folder (the stats pass stops there)
 DESELECT = (
     "not ddp and not push and not fresh and not 100000 and not test_multiway_forward_uses_groups "
     "and not projection_head_survives"
@@ -103,7 +103,7 @@ DESELECT = (
 # cheapest and likeliest to kill first; a test of another file that would kill the mutant is not run (the score is then
 # a lower bound), which is the price of skipping mutmut's stats pass
 QUICK_TESTS = {
-    "hf_tlaser/models/common/sentence_embedding.py": [
+    "hf_tlaser/models/common/losses.py": [
         "tests/test_mutants_core.py",
         "tests/test_losses.py",
         "tests/test_multiway_negatives.py",

@@ -16,7 +16,7 @@ import torch
 from transformers import AutoModel, MarianConfig, MarianMTModel
 
 from hf_tlaser.models.cnv import CNVConfig, CNVModel, SelfAttentiveSummary, cnv_distance_loss
-from hf_tlaser.models.common import sentence_embedding
+from hf_tlaser.models.common import rnn
 
 EN = ["The stock market fell sharply.", "Parliament met on Tuesday.", "A new day begins.", "We thank you."]
 DE = ["Die Börse fiel stark.", "Das Parlament tagte am Dienstag.", "Ein neuer Tag beginnt.", "Wir danken Ihnen."]
@@ -221,7 +221,7 @@ def test_saved_model_embeds_both_languages_in_a_fresh_process(tmp_path, tokenize
     folder = tmp_path / "cnv"
     model.save_pretrained(folder)
     assert (folder / "tokenizer_en" / "tokenizer.json").is_file() and (folder / "tokenizer_de").is_dir()
-    assert (folder / "sentence_embedding.py").read_bytes() == Path(sentence_embedding.__file__).read_bytes()
+    assert (folder / "rnn.py").read_bytes() == Path(rnn.__file__).read_bytes()
     reloaded = AutoModel.from_pretrained(folder)  # hf_tlaser's own registration
     for key, value in model.state_dict().items():  # tied embeddings of both NMT models come back too
         assert torch.equal(reloaded.state_dict()[key], value), key

@@ -51,10 +51,9 @@ def build(family: str, **overrides) -> torch.nn.Module:
     return model_class(config_class(**{**COMMON, **sizes, **overrides})).eval()
 
 
-def shared_module(model_class: type):
-    """The ``sentence_embedding`` module as the family's model file imports it (``.sentence_embedding``: in the
-    package an alias of hf_tlaser.models.common.sentence_embedding, in a saved folder its copy)."""
-    return importlib.import_module(model_class.__module__.rsplit(".", 1)[0] + ".sentence_embedding")
+def shared_module(name: str):
+    """The shared module ``name`` of hf_tlaser/models/common/, which the family's model file imports."""
+    return importlib.import_module(f"hf_tlaser.models.common.{name}")
 
 
 @pytest.fixture(params=sorted(FAMILIES))
@@ -182,7 +181,7 @@ def test_bad_arguments(model):
         model.generate(tgt_lang="en")
     with pytest.raises(ValueError, match="not both"):
         model.generate(vectors=vectors, sentence_embeddings=vectors, tgt_lang="en")
-    shared = shared_module(type(model))
+    shared = shared_module("translation")
     with pytest.raises(ValueError, match="cache or its alias past_key_values"):
         model.generate(
             vectors=vectors, tgt_lang="en", cache=shared.TranslationCache(), past_key_values=shared.TranslationCache()
@@ -194,7 +193,7 @@ def test_user_cache_under_either_name(model, name):
     """A cache the caller passes (as ``cache``, the name since transformers 5.24, or ``past_key_values``, the name
     before) is the one filled, whichever name the installed GenerationMixin uses."""
     vectors, langs = inputs(model)
-    shared = shared_module(type(model))
+    shared = shared_module("translation")
     cache = shared.TranslationCache()
     ids = model.generate(vectors=vectors, tgt_lang=langs, max_new_tokens=STEPS, **{name: cache})
     assert torch.equal(ids, reference_greedy(model, vectors, langs))
@@ -208,7 +207,7 @@ def test_output_format_and_default_length(model):
     )
     assert torch.equal(out.sequences, reference_greedy(model, vectors, langs))
     assert len(out.scores) == out.sequences.shape[1]  # one score per returned token: no start token
-    shared = shared_module(type(model))
+    shared = shared_module("translation")
     cache = getattr(out, shared.CACHE_NAME)  # GenerationMixin's output field: ``cache`` (>= 5.24) or past_key_values
     assert isinstance(cache, shared.TranslationCache)
     assert cache.get_seq_length() == out.sequences.shape[1]
@@ -232,7 +231,7 @@ def test_generation_config_and_mode(family):
 @pytest.mark.parametrize("lacks_rnn", [False, True])
 def test_bf16_autocast(family, lacks_rnn, monkeypatch):
     if lacks_rnn:  # the fp32 LSTM fallback of CPUs without native bf16, on every CPU
-        monkeypatch.setattr(shared_module(FAMILIES[family][0]), "cpu_autocast_lacks_rnn", lambda: True)
+        monkeypatch.setattr(shared_module("rnn"), "cpu_autocast_lacks_rnn", lambda: True)
     model = build(family)
     vectors, langs = inputs(model)
     with torch.autocast("cpu", dtype=torch.bfloat16):

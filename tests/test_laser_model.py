@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from hf_tlaser.hardware import cpu_bf16_native, cpu_capability
-from hf_tlaser.models.laser import LaserConfig, LaserForTranslation, LaserModel, sentence_embedding
+from hf_tlaser.models.common import rnn
+from hf_tlaser.models.laser import LaserConfig, LaserForTranslation, LaserModel
 
 NATIVE_BF16 = cpu_bf16_native()
 
@@ -218,7 +219,9 @@ def test_save_load_round_trip_and_remote_code(tmp_path):
     ckpt = tmp_path / "ckpt"
     model.save_pretrained(ckpt)
     assert (ckpt / "model.safetensors").exists()
-    assert {"modeling_laser.py", "configuration_laser.py", "sentence_embedding.py"} <= {p.name for p in ckpt.iterdir()}
+    assert {"modeling_laser.py", "configuration_laser.py", "rnn.py", "translation.py"} <= {
+        p.name for p in ckpt.iterdir()
+    }
     assert json.loads((ckpt / "config.json").read_text())["auto_map"]["AutoModel"] == "modeling_laser.LaserModel"
 
     loaded = LaserForTranslation.from_pretrained(ckpt).eval()
@@ -329,11 +332,11 @@ def test_autocast_never_hits_missing_onednn_lstm(dtype):
 
 
 def test_lstm_fallback_runs_fp32(monkeypatch):
-    monkeypatch.setattr(sentence_embedding, "cpu_autocast_lacks_rnn", lambda: True)
+    monkeypatch.setattr(rnn, "cpu_autocast_lacks_rnn", lambda: True)
     lstm = torch.nn.LSTM(4, 8, batch_first=True)
     state = (torch.zeros(1, 2, 8, dtype=torch.bfloat16), torch.zeros(1, 2, 8, dtype=torch.bfloat16))
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        output, (h, c) = sentence_embedding.run_rnn(lstm, torch.randn(2, 3, 4), state)
+        output, (h, c) = rnn.run_rnn(lstm, torch.randn(2, 3, 4), state)
     assert output.dtype == h.dtype == c.dtype == torch.float32
     _train_step_under_autocast(torch.bfloat16)
 
@@ -342,5 +345,5 @@ def test_lstm_fallback_runs_fp32(monkeypatch):
 def test_decoder_lstm_runs_bf16_on_native_cpu():
     lstm = torch.nn.LSTM(4, 8, batch_first=True)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        output, _ = sentence_embedding.run_rnn(lstm, torch.randn(2, 3, 4))
+        output, _ = rnn.run_rnn(lstm, torch.randn(2, 3, 4))
     assert output.dtype == torch.bfloat16

@@ -272,7 +272,7 @@ def test_save_load_round_trip_and_auto_model(tmp_path):
     model = LDTForAlignment(tiny_config()).eval()
     model.save_pretrained(tmp_path)
     names = {p.name for p in tmp_path.iterdir()}
-    assert {"model.safetensors", "modeling_ldt.py", "configuration_ldt.py", "sentence_embedding.py"} <= names
+    assert {"model.safetensors", "modeling_ldt.py", "configuration_ldt.py", "backbone.py", "positions.py"} <= names
     assert "pytorch_model.bin" not in names
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["auto_map"]["AutoModel"] == "modeling_ldt.LDTModel" and config["model_type"] == "ldt"

@@ -10,7 +10,7 @@ import torch
 
 from hf_tlaser.hub.model_card import CARD_SECTIONS
 from hf_tlaser.model_folders import MODEL_TYPES
-from hf_tlaser.models.common.sentence_embedding import POOLING
+from hf_tlaser.models.common.pooling import POOLING
 from hf_tlaser.models.registry import FAMILIES
 from hf_tlaser.training.presets import (
     BACKBONE_MEMBERS,

@@ -145,7 +145,7 @@ def test_save_load_round_trip_and_auto_model(tmp_path, tokenizer, tiny_tlaser_kw
     assert (tmp_path / "model.safetensors").exists() and not (tmp_path / "pytorch_model.bin").exists()
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["auto_map"]["AutoModel"] == "modeling_tlaser.TLaserModel"
-    assert {"modeling_tlaser.py", "configuration_tlaser.py", "sentence_embedding.py"} <= {
+    assert {"modeling_tlaser.py", "configuration_tlaser.py", "losses.py", "translation.py", "remote_code.py"} <= {
         p.name for p in tmp_path.iterdir()
     }
     loaded = TLaserForTranslation.from_pretrained(tmp_path).eval()

@@ -326,7 +326,7 @@ def test_push_publishes_a_warm_start_folder(warm_run, tmp_path, monkeypatch):
     with HubServer() as hub:
         assert push_cli.main([str(warm_run), "tester/warm", "--endpoint", hub.url]) == 0
         files = hub.repos["tester/warm"].commits[hub.repos["tester/warm"].branches["main"]]
-        assert {"model.safetensors", "sentence_embedding.py", "modules.json", "tokenizer.json"} <= set(files)
+        assert {"model.safetensors", "losses.py", "modules.json", "tokenizer.json"} <= set(files)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING")) and k != "PYTHONPATH"}
         env.update(HF_ENDPOINT=hub.url, HF_HOME=str(tmp_path), HF_TOKEN="dummy-token")
         script = (

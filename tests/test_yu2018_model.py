@@ -316,7 +316,7 @@ def test_save_load_round_trip_and_remote_code(tmp_path):
     ckpt = tmp_path / "ckpt"
     model.save_pretrained(ckpt)
     files = {p.name for p in ckpt.iterdir()}
-    assert {"model.safetensors", "modeling_yu2018.py", "configuration_yu2018.py", "sentence_embedding.py"} <= files
+    assert {"model.safetensors", "modeling_yu2018.py", "configuration_yu2018.py", "rnn.py", "translation.py"} <= files
     config = json.loads((ckpt / "config.json").read_text())
     assert config["auto_map"]["AutoModel"] == "modeling_yu2018.Yu2018Model"
     assert config["auto_map"]["AutoModelForSeq2SeqLM"] == "modeling_yu2018.Yu2018ForTranslation"

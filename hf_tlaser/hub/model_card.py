@@ -29,7 +29,7 @@ from hf_tlaser.evaluation.report import (
     summary_table,
 )
 from hf_tlaser.model_folders import model_name, read_json, sentence_vector_size
-from hf_tlaser.models.common.sentence_embedding import describe_modules
+from hf_tlaser.models.common.pooling import describe_modules
 from hf_tlaser.version import __version__
 
 from .st_layout import pooling_mode, read_model_config

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from transformers import PretrainedConfig, PreTrainedModel
 
-from hf_tlaser.models.common.sentence_embedding import embedding_dim
+from hf_tlaser.models.common.pooling import embedding_dim
 
 
 @dataclass(frozen=True)

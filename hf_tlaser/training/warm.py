@@ -40,7 +40,7 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_N
 
 from hf_tlaser.errors import UsageError
 from hf_tlaser.model_folders import EVAL_PROMPTS, choose_prompt, model_folder
-from hf_tlaser.models.common.sentence_embedding import (
+from hf_tlaser.models.common.pooling import (
     DEFAULT_ACTIVATION,
     SENTENCE_MODULES,
     describe_modules,

@@ -34,15 +34,11 @@ from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer, PreTr
 from transformers.modeling_outputs import BaseModelOutput
 from transformers.utils import ModelOutput, logging
 
+from ..common.encode import encode_texts
+from ..common.losses import centered_pair_cosine, mean_pairwise_cosine, sample_negatives
+from ..common.remote_code import ModelFolderMixin
+from ..common.rnn import run_rnn
 from .configuration_cnv import CNVConfig
-from .sentence_embedding import (
-    SharedCodeMixin,
-    centered_pair_cosine,
-    encode_texts,
-    mean_pairwise_cosine,
-    run_rnn,
-    sample_negatives,
-)
 
 try:  # transformers >= 5 tracks which weights were loaded; older versions use torch.nn.init directly
     from transformers import initialization as init
@@ -160,7 +156,7 @@ def _width(config) -> int:
     return getattr(config, "d_model", None) or config.hidden_size
 
 
-class CNVPreTrainedModel(SharedCodeMixin, PreTrainedModel):
+class CNVPreTrainedModel(ModelFolderMixin, PreTrainedModel):
     config_class = CNVConfig
     config: CNVConfig
     base_model_prefix = "cnv"
@@ -415,11 +411,8 @@ class CNVModel(CNVPreTrainedModel):
         ).to(input_ids.device)
         return self.embed(encoded["input_ids"], encoded["attention_mask"], other)
 
-    def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs) -> None:
-        """Save the model, and each language's tokenizer into ``tokenizer_<lang>/``."""
-        super().save_pretrained(save_directory, *args, **kwargs)
-        if not kwargs.get("is_main_process", True):
-            return
+    def save_extra_files(self, save_directory: str | os.PathLike) -> None:
+        """Each language's tokenizer into ``tokenizer_<lang>/``."""
         for lang in self.config.languages:
             try:
                 tokenizer = self.get_tokenizer(lang)

@@ -1,1 +1,3 @@
-"""Model code shared by every family (T-LASER / cT-LASER, LASER, Yu 2018, LDT, cNV): ``sentence_embedding``."""
+"""Model code shared by every family (T-LASER / cT-LASER, LASER, Yu 2018, LDT, cNV), one module per concern:
+``losses``, ``pooling``, ``backbone``, ``positions``, ``rnn``, ``encode``, ``translation`` and ``remote_code`` (the
+``save_pretrained`` that writes them next to a family's model file)."""

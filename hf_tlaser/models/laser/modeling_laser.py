@@ -18,14 +18,12 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from transformers import PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 
+from ..common.encode import SentenceEncoderMixin
+from ..common.losses import distance_constrained_loss
+from ..common.remote_code import ModelFolderMixin
+from ..common.rnn import right_padded_lengths, run_rnn
+from ..common.translation import TranslationCache, TranslationMixin, TranslationOutput
 from .configuration_laser import LaserConfig
-from .sentence_embedding import (
-    SentenceEncoderMixin,
-    SharedCodeMixin,
-    TranslationMixin,
-    right_padded_lengths,
-    run_rnn,
-)
 
 try:  # transformers >= 5 tracks which weights were loaded; older versions use torch.nn.init directly
     from transformers import initialization as init
@@ -33,7 +31,7 @@ except ImportError:  # pragma: no cover
     from torch.nn import init
 
 
-class LaserPreTrainedModel(SharedCodeMixin, PreTrainedModel):
+class LaserPreTrainedModel(ModelFolderMixin, PreTrainedModel):
     config_class = LaserConfig
     config: LaserConfig
     base_model_prefix = "encoder"
@@ -199,6 +197,45 @@ class LaserForTranslation(TranslationMixin, LaserPreTrainedModel):
 
     def get_output_embeddings(self) -> nn.Linear:
         return self.lm_head
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        tgt_lang=None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        tgt_input_ids: torch.LongTensor | None = None,
+        tgt_attention_mask: torch.Tensor | None = None,
+        src_index: torch.LongTensor | None = None,
+        pair_index: torch.LongTensor | None = None,
+        group_index: torch.LongTensor | None = None,
+        num_items_in_batch: int | torch.Tensor | None = None,
+        sentence_embeddings: torch.Tensor | None = None,
+        cache: TranslationCache | None = None,
+        return_dict: bool | None = None,
+    ) -> TranslationOutput | tuple:
+        """The training loss of a batch; decoder scores for ``generate``. LASER trains on the translation loss
+        l_mt; cLASER (``distance_beta`` > 0) adds cT-LASER's distance constraint, eq. (10) of Li & Mak 2020 (see
+        ``TLaserForTranslation.forward``). Arguments as there."""
+        return_dict = self.config.return_dict if return_dict is None else return_dict
+        out, vectors, pair_index = self.translate(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            labels=labels,
+            tgt_lang=tgt_lang,
+            decoder_input_ids=decoder_input_ids,
+            tgt_input_ids=tgt_input_ids,
+            tgt_attention_mask=tgt_attention_mask,
+            src_index=src_index,
+            pair_index=pair_index,
+            sentence_embeddings=sentence_embeddings,
+            cache=cache,
+        )
+        if labels is not None:
+            total = distance_constrained_loss(out, vectors, pair_index, group_index, self.config)  # l_mt (+ eq. 10)
+            self.set_loss(out, total, vectors, pair_index, num_items_in_batch)
+        return out if return_dict else out.to_tuple()
 
     def decoder_step(
         self,

@@ -17,23 +17,13 @@ from transformers.activations import ACT2FN
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 from transformers.utils import ModelOutput
 
+from ..common.backbone import BackboneEncoderMixin, build_backbone, projection_head
+from ..common.encode import SentenceEncoderMixin, stack_padded
+from ..common.losses import centered_pair_cosine, mean_pairwise_cosine
+from ..common.pooling import sentence_head
+from ..common.positions import SinusoidalPositions
+from ..common.remote_code import ModelFolderMixin
 from .configuration_ldt import LDTConfig
-from .sentence_embedding import (
-    SentenceEncoderMixin,
-    SharedCodeMixin,
-    add_sentence_transformers_files,
-    backbone_states,
-    build_backbone,
-    centered_pair_cosine,
-    head_vectors,
-    mean_pairwise_cosine,
-    pool_hidden,
-    project_hidden,
-    projection_head,
-    sentence_head,
-    stack_padded,
-    warn_repeated_prompt,
-)
 
 try:  # transformers >= 5 tracks which weights were loaded; older versions use torch.nn.init directly
     from transformers import initialization as init
@@ -165,30 +155,6 @@ def single_word_mask(
 # ------------------------------------------------------------------------------------------------------------ model
 
 
-def sinusoidal_table(num_positions: int, dim: int) -> torch.Tensor:
-    """Sinusoidal position table [num_positions, dim] (sin in the first half, cos in the second, as fairseq)."""
-    half = dim // 2
-    freq = torch.exp(torch.arange(half, dtype=torch.float32) * -(math.log(10000.0) / max(half - 1, 1)))
-    angles = torch.arange(num_positions, dtype=torch.float32)[:, None] * freq[None]
-    return F.pad(torch.cat([angles.sin(), angles.cos()], dim=1), (0, dim - 2 * half))
-
-
-class LDTSinusoidalPositions(nn.Module):
-    """Fixed sinusoidal position embeddings (Vaswani et al. 2017)."""
-
-    def __init__(self, num_positions: int, dim: int):
-        super().__init__()
-        self.register_buffer("weight", sinusoidal_table(num_positions, dim), persistent=False)
-
-    def forward(self, seq_len: int) -> torch.Tensor:
-        if seq_len > self.weight.shape[0]:
-            raise ValueError(
-                f"input of {seq_len} tokens exceeds max_position_embeddings={self.weight.shape[0]}; truncate it "
-                "(tokenizer(..., truncation=True, max_length=...)) or raise max_position_embeddings"
-            )
-        return self.weight[:seq_len]
-
-
 class LDTSelfAttention(nn.Module):
     """Multi-head self-attention on ``scaled_dot_product_attention`` with one fused q/k/v projection. Its
     xavier-uniform init (fan-out 3d) has the scale of fairseq's separate q/k/v projections with gain 1/sqrt(2)."""
@@ -243,7 +209,7 @@ class LDTPredictionHead(nn.Module):
         return F.linear(self.layer_norm(self.act(self.dense(hidden))), embedding_weight, self.bias)
 
 
-class LDTPreTrainedModel(SharedCodeMixin, PreTrainedModel):
+class LDTPreTrainedModel(ModelFolderMixin, PreTrainedModel):
     config_class = LDTConfig
     config: LDTConfig
     base_model_prefix = "encoder"
@@ -269,11 +235,11 @@ class LDTPreTrainedModel(SharedCodeMixin, PreTrainedModel):
             init.zeros_(module.bias)
         elif isinstance(module, LDTPredictionHead):
             init.zeros_(module.bias)
-        elif isinstance(module, LDTSinusoidalPositions):
-            module.weight.copy_(sinusoidal_table(*module.weight.shape))
+        elif isinstance(module, SinusoidalPositions):
+            module.reset_table()
 
 
-class LDTModel(SentenceEncoderMixin, LDTPreTrainedModel):
+class LDTModel(BackboneEncoderMixin, SentenceEncoderMixin, LDTPreTrainedModel):
     """The LDT encoder, shared by all languages. ``pooler_output``, the mean of the final hidden states over the
     non-pad positions (STR_TAG and ``</s>`` included, as sentence-transformers' mean pooling), is the embedding."""
 
@@ -286,22 +252,13 @@ class LDTModel(SentenceEncoderMixin, LDTPreTrainedModel):
         if self.backbone is None:
             self.embed_scale = math.sqrt(config.hidden_size)
             self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
-            self.embed_positions = LDTSinusoidalPositions(config.max_position_embeddings, config.hidden_size)
+            self.embed_positions = SinusoidalPositions(config.max_position_embeddings, config.hidden_size)
             self.embed_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
             self.dropout = nn.Dropout(config.dropout)
             self.layers = nn.ModuleList(LDTEncoderLayer(config) for _ in range(config.num_hidden_layers))
         self.projection = projection_head(config)
         self.sentence_head = sentence_head(config)  # a backbone's Dense / Normalize after pooling
         self.post_init()
-
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.embed_tokens if self.backbone is None else self.backbone.get_input_embeddings()
-
-    def set_input_embeddings(self, value: nn.Embedding) -> None:
-        if self.backbone is None:
-            self.embed_tokens = value
-        else:
-            self.backbone.set_input_embeddings(value)
 
     def forward(
         self,
@@ -327,28 +284,14 @@ class LDTModel(SentenceEncoderMixin, LDTPreTrainedModel):
             ``last_hidden_state`` [B, S, d] and ``pooler_output`` [B, d], the mean over the non-pad positions
             (then the modules a backbone carried, ``config.sentence_modules``).
         """
-        return_dict = self.config.return_dict if return_dict is None else return_dict
-        warn_repeated_prompt(self, input_ids)
-        if attention_mask is None:
-            attention_mask = input_ids.ne(self.config.pad_token_id)
-        output_hidden_states = bool(output_hidden_states)
-        with torch.set_grad_enabled(torch.is_grad_enabled() and not self.frozen):
-            if self.backbone is None:
-                hidden, hidden_states = self.encoder_states(input_ids, attention_mask.bool(), output_hidden_states)
-            else:
-                hidden, hidden_states = backbone_states(self.backbone, input_ids, attention_mask, output_hidden_states)
-            hidden = project_hidden(self.projection, hidden, project)
-            pooled = pool_hidden(hidden, attention_mask, self.config.pooling)  # mean pooling (sec. 3.1)
-            pooled = head_vectors(self.sentence_head, pooled, unit=project)
-        if not return_dict:
-            return tuple(x for x in (hidden, pooled, hidden_states) if x is not None)
-        return BaseModelOutputWithPooling(last_hidden_state=hidden, pooler_output=pooled, hidden_states=hidden_states)
+        return self.sentence_outputs(input_ids, attention_mask, output_hidden_states, return_dict, project)
 
     def encoder_states(
-        self, input_ids: torch.LongTensor, mask: torch.Tensor, output_hidden_states: bool
+        self, input_ids: torch.LongTensor, attention_mask: torch.Tensor, output_hidden_states: bool
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
         """The paper's encoder: final states [B, S, d], and with ``output_hidden_states`` the input of every layer and
         the final output."""
+        mask = attention_mask.bool()
         hidden = self.embed_tokens(input_ids) * self.embed_scale
         hidden = hidden + self.embed_positions(input_ids.shape[1]).to(hidden.dtype)
         hidden = self.dropout(self.embed_layer_norm(hidden))
@@ -423,16 +366,6 @@ class LDTForAlignment(LDTPreTrainedModel):
     def needs_target_encoding(self) -> bool:
         """LDT encodes both sides of every pair: training batches must carry the targets in encoder format."""
         return True
-
-    def save_pretrained(self, save_directory, *args, **kwargs) -> None:
-        """Save, with ``AutoModel`` mapped to ``LDTModel`` (the folder loads as the sentence encoder), and add the
-        sentence-transformers files for that encoder."""
-        auto_map = dict(getattr(self.config, "auto_map", None) or {})
-        auto_map["AutoModel"] = f"{LDTModel.__module__.rsplit('.', 1)[-1]}.{LDTModel.__name__}"
-        self.config.auto_map = auto_map
-        super().save_pretrained(save_directory, *args, **kwargs)
-        if kwargs.get("is_main_process", True):
-            add_sentence_transformers_files(save_directory, normalize=None)
 
     def vocabulary_log_probs(self, hidden: torch.Tensor) -> torch.Tensor:
         """log p over the vocabulary (fp32) from hidden states [..., d], through the head and the tied embeddings."""

@@ -13,51 +13,19 @@ from transformers import PreTrainedModel
 from transformers.activations import ACT2FN
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 
+from ..common.backbone import BackboneEncoderMixin, build_backbone, projection_head
+from ..common.encode import SentenceEncoderMixin
+from ..common.losses import distance_constrained_loss
+from ..common.pooling import head_output_dim, sentence_head
+from ..common.positions import SinusoidalPositions
+from ..common.remote_code import ModelFolderMixin
+from ..common.translation import TranslationCache, TranslationMixin, TranslationOutput
 from .configuration_tlaser import TLaserConfig
-from .sentence_embedding import (
-    SentenceEncoderMixin,
-    SharedCodeMixin,
-    TranslationMixin,
-    backbone_states,
-    build_backbone,
-    head_output_dim,
-    head_vectors,
-    pool_hidden,
-    project_hidden,
-    projection_head,
-    sentence_head,
-    warn_repeated_prompt,
-)
 
 try:  # transformers >= 5 tracks which weights were loaded; older versions use torch.nn.init directly
     from transformers import initialization as init
 except ImportError:  # pragma: no cover
     from torch.nn import init
-
-
-def sinusoidal_table(num_positions: int, dim: int) -> torch.Tensor:
-    """Sinusoidal position table [num_positions, dim] (sin in the first half, cos in the second, as fairseq)."""
-    half = dim // 2
-    freq = torch.exp(torch.arange(half, dtype=torch.float32) * -(math.log(10000.0) / max(half - 1, 1)))
-    angles = torch.arange(num_positions, dtype=torch.float32)[:, None] * freq[None]
-    table = torch.cat([angles.sin(), angles.cos()], dim=1)
-    return F.pad(table, (0, dim - 2 * half))
-
-
-class TLaserSinusoidalPositions(nn.Module):
-    """Fixed sinusoidal position embeddings."""
-
-    def __init__(self, num_positions: int, dim: int):
-        super().__init__()
-        self.register_buffer("weight", sinusoidal_table(num_positions, dim), persistent=False)
-
-    def forward(self, seq_len: int) -> torch.Tensor:
-        if seq_len > self.weight.shape[0]:
-            raise ValueError(
-                f"input of {seq_len} tokens exceeds max_position_embeddings={self.weight.shape[0]}; truncate it "
-                "(tokenizer(..., truncation=True, max_length=...)) or raise max_position_embeddings"
-            )
-        return self.weight[:seq_len]
 
 
 class TLaserAttention(nn.Module):
@@ -159,7 +127,7 @@ class TLaserEncoderLayer(nn.Module):
         return hidden + self.dropout(self.ffn(self.final_layer_norm(hidden)))
 
 
-class TLaserPreTrainedModel(SharedCodeMixin, PreTrainedModel):
+class TLaserPreTrainedModel(ModelFolderMixin, PreTrainedModel):
     config_class = TLaserConfig
     config: TLaserConfig
     base_model_prefix = "encoder"
@@ -193,11 +161,11 @@ class TLaserPreTrainedModel(SharedCodeMixin, PreTrainedModel):
         elif isinstance(module, nn.LayerNorm):
             init.ones_(module.weight)
             init.zeros_(module.bias)
-        elif isinstance(module, TLaserSinusoidalPositions):
-            module.weight.copy_(sinusoidal_table(*module.weight.shape))
+        elif isinstance(module, SinusoidalPositions):
+            module.reset_table()
 
 
-class TLaserModel(SentenceEncoderMixin, TLaserPreTrainedModel):
+class TLaserModel(BackboneEncoderMixin, SentenceEncoderMixin, TLaserPreTrainedModel):
     """The T-LASER encoder. ``pooler_output`` (final LayerNorm output at the STR_TAG position) is the embedding.
 
     With ``config.backbone`` (``hf-tlaser train --init-from``) a pretrained Hugging Face encoder replaces the layers:
@@ -214,22 +182,13 @@ class TLaserModel(SentenceEncoderMixin, TLaserPreTrainedModel):
         if self.backbone is None:
             self.embed_scale = math.sqrt(config.hidden_size) if config.scale_embedding else 1.0
             self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
-            self.embed_positions = TLaserSinusoidalPositions(config.max_position_embeddings, config.hidden_size)
+            self.embed_positions = SinusoidalPositions(config.max_position_embeddings, config.hidden_size)
             self.dropout = nn.Dropout(config.dropout)
             self.layers = nn.ModuleList(TLaserEncoderLayer(config) for _ in range(config.num_hidden_layers))
             self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.projection = projection_head(config)
         self.sentence_head = sentence_head(config)
         self.post_init()
-
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.embed_tokens if self.backbone is None else self.backbone.get_input_embeddings()
-
-    def set_input_embeddings(self, value: nn.Embedding) -> None:
-        if self.backbone is None:
-            self.embed_tokens = value
-        else:
-            self.backbone.set_input_embeddings(value)
 
     def forward(
         self,
@@ -252,23 +211,10 @@ class TLaserModel(SentenceEncoderMixin, TLaserPreTrainedModel):
             project: apply the projection head (``config.teacher_dim``) to the final states and a carried trailing
                 ``Normalize`` to the pooled vector; False: the vectors the decoder and the training losses read.
         """
-        output_hidden_states = bool(output_hidden_states)
-        return_dict = self.config.return_dict if return_dict is None else return_dict
-        warn_repeated_prompt(self, input_ids)
-        if attention_mask is None:
-            attention_mask = input_ids.ne(self.config.pad_token_id)
-        with torch.set_grad_enabled(torch.is_grad_enabled() and not self.frozen):
-            if self.backbone is None:
-                first_only = pooled_only and self.config.pooling == "cls"
-                hidden, hidden_states = self.encoder_states(input_ids, attention_mask, output_hidden_states, first_only)
-            else:
-                hidden, hidden_states = backbone_states(self.backbone, input_ids, attention_mask, output_hidden_states)
-            hidden = project_hidden(self.projection, hidden, project)
-            pooled = pool_hidden(hidden, attention_mask, self.config.pooling)
-            pooled = head_vectors(self.sentence_head, pooled, unit=project)
-        if not return_dict:
-            return tuple(v for v in (hidden, pooled, hidden_states) if v is not None)
-        return BaseModelOutputWithPooling(last_hidden_state=hidden, pooler_output=pooled, hidden_states=hidden_states)
+        first_only = pooled_only and self.config.pooling == "cls"
+        return self.sentence_outputs(
+            input_ids, attention_mask, output_hidden_states, return_dict, project, first_only=first_only
+        )
 
     def encoder_states(
         self, input_ids: torch.LongTensor, attention_mask: torch.Tensor, output_hidden_states: bool, first_only: bool
@@ -336,7 +282,7 @@ class TLaserDecoder(nn.Module):
             if config.tie_decoder_to_encoder
             else nn.Embedding(config.decoder_vocab, config.hidden_size, padding_idx=config.pad_token_id)
         )
-        self.embed_positions = TLaserSinusoidalPositions(config.max_position_embeddings, config.hidden_size)
+        self.embed_positions = SinusoidalPositions(config.max_position_embeddings, config.hidden_size)
         self.embed_langs = nn.Embedding(len(config.languages), config.lang_embed_dim)
         if self.lang_mode == "input":
             self.input_proj = nn.Linear(config.hidden_size + config.lang_embed_dim, config.hidden_size)
@@ -398,6 +344,57 @@ class TLaserForTranslation(TranslationMixin, TLaserPreTrainedModel):
 
     def get_output_embeddings(self) -> nn.Linear | None:
         return self.lm_head
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        tgt_lang=None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        tgt_input_ids: torch.LongTensor | None = None,
+        tgt_attention_mask: torch.Tensor | None = None,
+        src_index: torch.LongTensor | None = None,
+        pair_index: torch.LongTensor | None = None,
+        group_index: torch.LongTensor | None = None,
+        num_items_in_batch: int | torch.Tensor | None = None,
+        sentence_embeddings: torch.Tensor | None = None,
+        cache: TranslationCache | None = None,
+        return_dict: bool | None = None,
+    ) -> TranslationOutput | tuple:
+        """The training loss of a batch; decoder scores for ``generate``.
+
+        T-LASER trains on the translation loss l_mt alone. cT-LASER (``distance_beta`` > 0) adds the distance
+        constraint on the vectors of each translation pair (a, b), eq. (10):
+
+            l = beta * d_p + lambda / N_s * sum_j (delta_j^{a->b} + delta_j^{b->a}) + 0.5 * l_mt
+
+        with d_p the normalised distance of the pair (eq. 7), delta the hinge on N_s in-batch negatives (eq. 8-9),
+        summed over the pairs; optionally plus the in-batch alignment loss (``align_loss_weight``). The sum over the
+        batch is divided by its target tokens (``num_items_in_batch``: those of the whole update).
+
+        Args: see ``TranslationMixin.translate``; also ``group_index``: LongTensor[P], the group (multi-way: source
+        group) of each pair, whose pairs are never negatives of each other (default: every pair its own group);
+        ``num_items_in_batch``; ``return_dict``: False returns a tuple (default: ``config.return_dict``).
+        """
+        return_dict = self.config.return_dict if return_dict is None else return_dict
+        out, vectors, pair_index = self.translate(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            labels=labels,
+            tgt_lang=tgt_lang,
+            decoder_input_ids=decoder_input_ids,
+            tgt_input_ids=tgt_input_ids,
+            tgt_attention_mask=tgt_attention_mask,
+            src_index=src_index,
+            pair_index=pair_index,
+            sentence_embeddings=sentence_embeddings,
+            cache=cache,
+        )
+        if labels is not None:
+            total = distance_constrained_loss(out, vectors, pair_index, group_index, self.config)  # eq. (7)-(10)
+            self.set_loss(out, total, vectors, pair_index, num_items_in_batch)
+        return out if return_dict else out.to_tuple()
 
     def decoder_token_table(self) -> torch.Tensor | None:
         """With ``tie_decoder_to_encoder``: the encoder's input embeddings of the decoder's vocabulary (its

@@ -12,24 +12,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from transformers import PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 
+from ..common.encode import SentenceEncoderMixin, stack_padded
+from ..common.losses import centered_pair_cosine, mean_pairwise_cosine, translation_loss
+from ..common.remote_code import ModelFolderMixin
+from ..common.rnn import right_padded_lengths, run_rnn
+from ..common.translation import TranslationMixin, TranslationOutput
 from .configuration_yu2018 import Yu2018Config
-from .sentence_embedding import (
-    SentenceEncoderMixin,
-    SharedCodeMixin,
-    TranslationMixin,
-    TranslationOutput,
-    centered_pair_cosine,
-    mean_pairwise_cosine,
-    right_padded_lengths,
-    run_rnn,
-    stack_padded,
-)
 
 try:  # transformers >= 5 tracks which weights were loaded; older versions use torch.nn.init directly
     from transformers import initialization as init
@@ -37,7 +30,7 @@ except ImportError:  # pragma: no cover
     from torch.nn import init
 
 
-class Yu2018PreTrainedModel(SharedCodeMixin, PreTrainedModel):
+class Yu2018PreTrainedModel(ModelFolderMixin, PreTrainedModel):
     config_class = Yu2018Config
     config: Yu2018Config
     base_model_prefix = "encoder"
@@ -268,15 +261,6 @@ class Yu2018ForTranslation(TranslationMixin, Yu2018PreTrainedModel):
         output, (h, c) = self.decoder(decoder_input_ids, sentence_embedding, langs, state)
         return self.lm_head(output), {"h": h.transpose(0, 1), "c": c.transpose(0, 1)}
 
-    def _cross_entropy(self, logits: torch.Tensor, labels: torch.LongTensor) -> torch.Tensor:
-        return F.cross_entropy(
-            logits.flatten(0, 1).float(),
-            labels.flatten(),
-            ignore_index=-100,
-            label_smoothing=self.config.label_smoothing,
-            reduction="sum",
-        )
-
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -294,8 +278,8 @@ class Yu2018ForTranslation(TranslationMixin, Yu2018PreTrainedModel):
         **decoding_kwargs,
     ) -> Yu2018TranslationOutput | TranslationOutput | tuple:
         """L = L_NMT(s->t) + L_NMT(t->s) + alpha * L_sim (sec. 2.2) for a bilingual batch; without ``labels``, the
-        shared ``TranslationMixin.forward`` (sentence vectors, decoder scores for ``generate``, which passes
-        ``decoding_kwargs``).
+        sentence vectors and decoder scores of ``TranslationMixin.translate`` (``generate`` passes ``decoding_kwargs``:
+        ``sentence_embeddings``, ``cache``, ``return_dict``).
 
         Args:
             input_ids, attention_mask: sources s [B, S] in encoder format ``STR_TAG ... </s>``, right-padded.
@@ -319,13 +303,16 @@ class Yu2018ForTranslation(TranslationMixin, Yu2018PreTrainedModel):
         if pair_index is not None or src_index is not None:
             raise ValueError("Yu2018ForTranslation trains on bilingual pair batches only (no multi-way batches)")
         if labels is None:
-            return super().forward(
+            return_dict = decoding_kwargs.pop("return_dict", None)
+            return_dict = self.config.return_dict if return_dict is None else return_dict
+            out, _, _ = self.translate(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
                 tgt_lang=tgt_lang,
                 decoder_input_ids=decoder_input_ids,
                 **decoding_kwargs,
             )
+            return out if return_dict else out.to_tuple()
         if decoding_kwargs:
             raise ValueError(f"{sorted(decoding_kwargs)} are decoding arguments; training batches take none")
         cfg = self.config
@@ -342,7 +329,7 @@ class Yu2018ForTranslation(TranslationMixin, Yu2018PreTrainedModel):
         if decoder_input_ids is None:
             decoder_input_ids = self.shift_right(labels)
         logits = self.decode_logits(decoder_input_ids, src_vectors, tgt_lang)
-        loss_mt = self._cross_entropy(logits, labels)  # L_NMT(s->t), summed over tokens
+        loss_mt = translation_loss(logits, labels, cfg.label_smoothing)  # L_NMT(s->t), summed over tokens
         out.logits, out.num_tokens = logits, labels.ne(-100).sum()
         total = torch.zeros((), device=device)
         if both:
@@ -354,7 +341,7 @@ class Yu2018ForTranslation(TranslationMixin, Yu2018PreTrainedModel):
             # labels of t->s: the sources without STR_TAG (text </s>), padding -> -100
             reverse = input_ids[:num_src, 1:].masked_fill(~attention_mask[:num_src, 1:].bool(), -100)
             reverse_logits = self.decode_logits(self.shift_right(reverse), tgt_vectors, src_lang)
-            loss_mt = loss_mt + self._cross_entropy(reverse_logits, reverse)  # + L_NMT(t->s)
+            loss_mt = loss_mt + translation_loss(reverse_logits, reverse, cfg.label_smoothing)  # + L_NMT(t->s)
             if self.training and cfg.dropout > 0 and not cfg.similarity_dropout:  # L_sim without the dropout floor
                 vectors = self.encoder(input_ids=input_ids, attention_mask=attention_mask, apply_dropout=False)
                 vectors = vectors.pooler_output

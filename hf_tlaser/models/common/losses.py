@@ -1,0 +1,238 @@
+"""The sentence-vector losses every family may train with: the cT-LASER distance constraint (Li & Mak 2020,
+eq. 7-10) with its in-batch negatives, the in-batch alignment loss, the translation cross entropy, and the collapse
+signals logged next to them. Public home: :mod:`hf_tlaser.losses`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from transformers.utils import ModelOutput
+
+
+@dataclass
+class DistanceLossOutput:
+    """Parts of the distance-constraint loss for one batch of parallel pairs.
+
+    Attributes:
+        total: beta * sum_i d_p(i) + lambda / N_s * sum_j sum_i (hinge_ab + hinge_ba), a scalar (eq. 10 without the
+            translation term).
+        d_p: normalised distance of each parallel pair, shape [B] (eq. 7).
+        d_n: normalised distance of each a->b negative, shape [N_s, B] (eq. 8).
+        hinge: hinge_ab + hinge_ba for each negative, shape [N_s, B] (eq. 9).
+        v_norm: the normaliser, mean L2 norm of the two batch-mean vectors.
+    """
+
+    total: torch.Tensor
+    d_p: torch.Tensor
+    d_n: torch.Tensor
+    hinge: torch.Tensor
+    v_norm: torch.Tensor
+
+
+def unique_pairs(
+    pair_index: torch.LongTensor, group_index: torch.LongTensor | None = None
+) -> tuple[torch.LongTensor, torch.LongTensor]:
+    """Pairs of encoded rows with repeats removed (a-b and b-a of a multi-way group are one pair of vectors), and
+    the group of each: ``(pairs [P', 2], groups [P'])``. ``group_index`` defaults to every pair its own group.
+
+    Rows come out sorted (smaller row first, pairs in lexicographic order), so pair-mode batches keep their order.
+    """
+    if group_index is None:
+        group_index = torch.arange(len(pair_index), device=pair_index.device)
+    if group_index.shape != pair_index.shape[:1]:
+        raise ValueError(
+            f"group_index {tuple(group_index.shape)} needs one entry per pair of {tuple(pair_index.shape)}"
+        )
+    pairs, inverse = pair_index.sort(dim=1).values.unique(dim=0, return_inverse=True)
+    return pairs, group_index.new_empty(len(pairs)).scatter_(0, inverse, group_index)
+
+
+def sample_negatives(
+    batch_size: int,
+    num_negatives: int,
+    device: torch.device | None = None,
+    generator: torch.Generator | None = None,
+    groups: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Draw ``num_negatives`` in-batch negative indices for every row: LongTensor[N_s, B].
+
+    A row's candidates are the rows of other groups (``groups``: LongTensor[B], the group of each pair; default:
+    every row its own group, so a row excludes only itself). In a multi-way batch the other translations of the
+    same group are not negatives. Sampling is uniform among the candidates, with replacement, as in the authors'
+    code (which could also pick the positive). With all groups distinct this is the pair-mode draw, identical for
+    the same RNG state. A row has no candidate only when the whole batch is one group; that raises ValueError.
+    """
+    rows = torch.arange(batch_size, device=device)
+    groups = rows if groups is None else groups.to(rows.device)
+    candidate = groups[None, :] != groups[:, None]  # [B, B]: column j is a candidate negative of row i
+    counts = candidate.sum(1)
+    if batch_size == 0 or not bool(counts.all()):
+        raise ValueError(f"in-batch negatives need pairs from at least 2 groups; got {batch_size} pair(s) of 1 group")
+    if bool((counts == batch_size - 1).all()):  # every other row is a candidate: the pair-mode draw
+        draw = torch.randint(0, batch_size - 1, (num_negatives, batch_size), device=device, generator=generator)
+    else:
+        uniform = torch.rand((num_negatives, batch_size), device=device, generator=generator)
+        draw = torch.minimum((uniform * counts).long(), counts - 1)
+    # the draw-th candidate of each row (for distinct groups: draw + (draw >= row))
+    position = candidate.long().cumsum(1)
+    return torch.searchsorted(position, draw.T.contiguous() + 1).T
+
+
+def distance_constraint_loss(
+    p_a: torch.Tensor,
+    p_b: torch.Tensor,
+    neg_ab: torch.Tensor,
+    neg_ba: torch.Tensor,
+    *,
+    alpha: float = 0.5,
+    beta: float = 0.25,
+    lam: float = 0.125,
+    distance: str = "l2",
+    eps: float = 1e-6,
+    vnorm_grad: bool = True,
+) -> DistanceLossOutput:
+    """cT-LASER distance constraint between parallel sentence vectors ``p_a[i]`` and ``p_b[i]``.
+
+    Args:
+        p_a, p_b: sentence vectors [B, d]; row i of each is a translation pair.
+        neg_ab: LongTensor[N_s, B] of indices into ``p_b``: negatives of ``p_a[i]``.
+        neg_ba: LongTensor[N_s, B] of indices into ``p_a``: negatives of ``p_b[i]``.
+        alpha: hinge margin. beta: weight of d_p. lam: weight of the averaged hinge terms.
+        distance: "l2" (authors' code, plain norm) or "squared_l2" (paper text, eq. 7-8).
+        eps: added to v_norm. vnorm_grad: False detaches v_norm from the graph.
+    """
+    if distance not in ("l2", "squared_l2"):
+        raise ValueError(f"distance={distance!r}; expected 'l2' or 'squared_l2'")
+    if p_a.shape != p_b.shape or p_a.dim() != 2:
+        raise ValueError(f"p_a {tuple(p_a.shape)} and p_b {tuple(p_b.shape)} must both be [B, d]")
+    p_a, p_b = p_a.float(), p_b.float()
+    v_norm = (p_a.mean(0).norm() + p_b.mean(0).norm()) / 2
+    if not vnorm_grad:
+        v_norm = v_norm.detach()
+    scale = v_norm + eps
+
+    def dist(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        diff = x - y
+        sq = (diff * diff).sum(-1)
+        # identical sentences (names, numbers) give sq = 0, where sqrt has an infinite gradient
+        return (sq if distance == "squared_l2" else sq.clamp_min(1e-12).sqrt()) / scale
+
+    d_p = dist(p_a, p_b)  # eq. (7)
+    d_n_ab = dist(p_a.unsqueeze(0), p_b[neg_ab])  # eq. (8), [N_s, B]
+    d_n_ba = dist(p_b.unsqueeze(0), p_a[neg_ba])
+    hinge = F.relu(alpha - (d_n_ab - d_p)) + F.relu(alpha - (d_n_ba - d_p))  # eq. (9), both directions
+    total = beta * d_p.sum() + lam / neg_ab.shape[0] * hinge.sum()  # eq. (10) without 0.5 * l_mt
+    return DistanceLossOutput(total=total, d_p=d_p, d_n=d_n_ab, hinge=hinge, v_norm=v_norm)
+
+
+def align_loss(
+    p_a: torch.Tensor, p_b: torch.Tensor, scale: float = 20.0, groups: torch.Tensor | None = None
+) -> torch.Tensor:
+    """In-batch alignment loss (Lightweight Dual Transformer, eq. 5), summed over the batch.
+
+    Cross entropy of each pair against the other sentences of the batch, in both directions, on cosine similarity
+    times ``scale`` (the paper uses raw inner products; cosine keeps the scale of the vectors free). ``groups``
+    (LongTensor[B]): other pairs of the same group (multi-way translations of one another) are masked out, neither
+    positives nor negatives.
+    """
+    logits = scale * F.normalize(p_a.float(), dim=-1) @ F.normalize(p_b.float(), dim=-1).T
+    target = torch.arange(logits.shape[0], device=logits.device)
+    if groups is not None:
+        same_group = (groups[:, None] == groups[None, :]) & (target[:, None] != target[None, :])
+        logits = logits.masked_fill(same_group, float("-inf"))
+    return F.cross_entropy(logits, target, reduction="sum") + F.cross_entropy(logits.T, target, reduction="sum")
+
+
+@torch.no_grad()
+def mean_pairwise_cosine(vectors: torch.Tensor) -> torch.Tensor:
+    """Mean cosine between distinct rows: near 1 means the vectors have collapsed onto one direction."""
+    n = vectors.shape[0]
+    if n < 2:
+        return vectors.new_zeros(())
+    unit = F.normalize(vectors.float(), dim=-1)
+    total = unit.sum(0)
+    return ((total @ total) - n) / (n * (n - 1))
+
+
+@torch.no_grad()
+def centered_pair_cosine(vectors: torch.Tensor, pair_index: torch.LongTensor) -> torch.Tensor | None:
+    """Mean cosine between the two sides of each translation pair after removing the batch mean vector.
+
+    The raw mean cosine is dominated by the component every sentence shares (a large common offset reads as
+    collapse). Without it, translations of each other still point the same way (toward 1) only if the vectors carry
+    what is specific to the sentence; collapsed vectors leave noise (near 0). (The mean cosine between all centred
+    vectors would say nothing: it is about -1 / (n - 1) whatever the vectors.) None for fewer than 2 pairs.
+    """
+    if len(pair_index) < 2:
+        return None
+    centred = vectors.float() - vectors.float().mean(0)
+    return F.cosine_similarity(centred[pair_index[:, 0]], centred[pair_index[:, 1]], dim=-1).mean()
+
+
+def translation_loss(logits: torch.Tensor, labels: torch.LongTensor, label_smoothing: float) -> torch.Tensor:
+    """l_mt: label-smoothed cross entropy of decoder scores [T, L, V] against ``labels`` [T, L] (-100 ignored),
+    summed over the target tokens, in fp32."""
+    return F.cross_entropy(
+        logits.flatten(0, 1).float(),
+        labels.flatten(),
+        ignore_index=-100,
+        label_smoothing=label_smoothing,
+        reduction="sum",
+    )
+
+
+def distance_constrained_loss(
+    out: ModelOutput,
+    vectors: torch.Tensor,
+    pair_index: torch.LongTensor | None,
+    group_index: torch.LongTensor | None,
+    config,
+) -> torch.Tensor:
+    """Eq. (10) summed over a batch: ``config.distance_mt_weight`` (0.5) * l_mt + beta * sum_i d_p(i) + lambda / N_s
+    * sum_j sum_i hinge (eq. 7-9), plus ``align_loss_weight`` * the alignment loss; ``out.loss_mt`` alone without
+    pairs or with both weights 0. The parts go to ``out`` (a ``TranslationOutput``).
+
+    ``vectors`` are the encoded rows, ``pair_index`` [P, 2] the translation pairs among them and ``group_index`` [P]
+    their groups (``unique_pairs``). Pairs of the same encoded rows (a-b and b-a in a multi-way group) count once. A
+    batch without negatives (one pair, or one group) trains on the translation loss alone and sets
+    ``skipped_pair_losses``.
+    """
+    if pair_index is None or not (config.distance_beta > 0 or config.align_loss_weight > 0):
+        return out.loss_mt
+    pairs, groups = unique_pairs(pair_index, group_index)
+    skip = bool((groups == groups[0]).all())
+    out.skipped_pair_losses = torch.tensor(int(skip), device=vectors.device)
+    mt_weight = config.distance_mt_weight if config.distance_beta > 0 else 1.0
+    total = mt_weight * out.loss_mt  # eq. (10): 0.5 * l_mt
+    if skip:
+        return total
+    p_a, p_b = vectors[pairs[:, 0]], vectors[pairs[:, 1]]
+    if config.distance_beta > 0:
+        num = len(pairs)
+        dist = distance_constraint_loss(
+            p_a,
+            p_b,
+            sample_negatives(num, config.distance_negatives, vectors.device, groups=groups),  # eq. (8): N_s per pair
+            sample_negatives(num, config.distance_negatives, vectors.device, groups=groups),
+            alpha=config.distance_alpha,
+            beta=config.distance_beta,
+            lam=config.distance_hinge_weight,
+            distance=config.distance,
+            eps=config.distance_eps,
+            vnorm_grad=config.distance_vnorm_grad,
+        )
+        total = total + dist.total  # eq. (10): + beta * sum_i d_p(i) + lambda / N_s * sum_j sum_i hinge
+        out.loss_distance = dist.total
+        out.d_p, out.d_n, out.hinge, out.v_norm = (
+            dist.d_p.detach().mean(),
+            dist.d_n.detach().mean(),
+            dist.hinge.detach().mean() / 2,
+            dist.v_norm.detach(),
+        )
+    if config.align_loss_weight > 0:
+        out.loss_align = align_loss(p_a, p_b, config.align_scale, groups) / len(pairs)
+        # a per-pair mean next to the per-token translation loss: scaled to this batch's share of the update
+        total = total + config.align_loss_weight * out.loss_align * out.num_tokens
+    return total

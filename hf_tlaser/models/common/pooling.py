@@ -1,0 +1,308 @@
+"""How a family pools its final states into the sentence vector, the sentence-transformers modules a backbone
+carried after pooling (Dense, Normalize), and the sentence-transformers layout that ``save_pretrained`` writes so
+that ``SentenceTransformer(folder, trust_remote_code=True)`` computes the same vector."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import os
+import re
+from importlib import metadata
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+# model_type -> sentence-transformers pooling mode. T-LASER's sentence vector is the final encoder output at STR_TAG
+# (position 0); LASER's is the max over the non-pad BiLSTM outputs, and LaserModel's last_hidden_state is exactly
+# those outputs (zeros at padding, which Pooling masks out), so sentence-transformers' max pooling reproduces it.
+POOLING = {"tlaser": "cls", "laser": "max", "yu2018": "mean", "ldt": "mean"}
+_LEGACY_POOLING_KEYS = {
+    "cls": "pooling_mode_cls_token",
+    "mean": "pooling_mode_mean_tokens",
+    "max": "pooling_mode_max_tokens",
+    "mean_sqrt_len": "pooling_mode_mean_sqrt_len_tokens",
+    "weightedmean": "pooling_mode_weightedmean_tokens",
+    "lasttoken": "pooling_mode_lasttoken",
+}
+_NORMALIZE_MODULE = "sentence_transformers.models.Normalize"
+_DENSE_MODULE = "sentence_transformers.models.Dense"
+SENTENCE_MODULES = ("Dense", "Normalize")
+"""sentence-transformers modules after pooling that a model can carry (``config.sentence_modules``)."""
+DEFAULT_ACTIVATION = "torch.nn.modules.activation.Tanh"
+"""sentence-transformers' ``Dense`` activation when its config names none."""
+
+
+def read_model_config(model_dir: str | os.PathLike) -> dict:
+    """The folder's ``config.json`` as a dict (read as JSON: no model code runs)."""
+    path = Path(model_dir) / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{model_dir} has no config.json; is it a save_pretrained model folder?")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def token_dim(config: dict) -> int:
+    """Width of the final hidden states that sentence-transformers pools: ``teacher_dim`` with a projection head,
+    else ``hidden_size`` (LASER configs derive it as 2 * lstm_hidden_size)."""
+    if config.get("teacher_dim"):
+        return int(config["teacher_dim"])
+    if "hidden_size" in config:
+        return int(config["hidden_size"])
+    return 2 * int(config["lstm_hidden_size"])
+
+
+def head_output_dim(modules: list[dict] | None, width: int) -> int:
+    """Width of a pooled vector of ``width`` after the carried modules ``modules`` (``config.sentence_modules``):
+    the last Dense's output, else ``width``."""
+    dense = [int(module["out_features"]) for module in modules or () if module["type"] == "Dense"]
+    return dense[-1] if dense else width
+
+
+def embedding_dim(config: dict) -> int:
+    """Sentence-vector size: the pooled width (``token_dim``) after the carried Dense modules, if any."""
+    return head_output_dim(config.get("sentence_modules"), token_dim(config))
+
+
+def pooling_mode(config: dict) -> str | None:
+    """sentence-transformers pooling mode that reproduces the model's ``pooler_output``; None where it has none (a
+    Yu 2018 model with ``pooling="self_attention"``)."""
+    model_type = config.get("model_type")
+    if model_type not in POOLING:
+        raise ValueError(f"model_type={model_type!r} is not an hf_tlaser model; expected one of {sorted(POOLING)}")
+    if model_type == "yu2018":  # pools as its config says
+        return {"mean": "mean", "max": "max"}.get(config.get("pooling", "mean"))
+    return config.get("pooling") or POOLING[model_type]  # T-LASER: "cls" (the paper) or "mean"
+
+
+def pool_hidden(hidden: torch.Tensor, attention_mask: torch.Tensor, mode: str) -> torch.Tensor:
+    """The sentence vectors [B, d] of final states [B, S, d]: position 0 (``"cls"``: STR_TAG, a backbone's ``<s>``)
+    or the mean over the non-pad positions (``"mean"``, special tokens included, as sentence-transformers)."""
+    if mode == "cls":
+        return hidden[:, 0]
+    weights = attention_mask[..., None].to(hidden.dtype)
+    return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1)
+
+
+def torch_activation(path: str) -> torch.nn.Module:
+    """The activation that a sentence-transformers ``Dense`` config names by import path (``torch.nn.modules.
+    activation.Tanh``, ``torch.nn.modules.linear.Identity``); ValueError for anything but a ``torch.nn`` module class
+    (no other code is imported)."""
+    module, _, name = path.rpartition(".")
+    found = None
+    if module == "torch.nn" or module.startswith("torch.nn."):
+        try:
+            found = getattr(importlib.import_module(module), name, None)
+        except ImportError:
+            found = None
+    if not (inspect.isclass(found) and issubclass(found, torch.nn.Module)):
+        raise ValueError(f"activation_function {path!r} is not a torch.nn module class")
+    return found()
+
+
+class CarriedDense(torch.nn.Module):
+    """sentence-transformers' ``Dense`` on the sentence vector, ``activation(linear(x))``, with its weight names
+    (``linear.weight``, ``linear.bias``)."""
+
+    def __init__(
+        self, in_features: int, out_features: int, bias: bool = True, activation_function: str = DEFAULT_ACTIVATION
+    ):
+        super().__init__()
+        self.linear = torch.nn.Linear(in_features, out_features, bias=bias)
+        self.activation = torch_activation(activation_function)
+
+    def forward(self, vectors: torch.Tensor) -> torch.Tensor:
+        return self.activation(self.linear(vectors))
+
+
+class CarriedNormalize(torch.nn.Module):
+    """sentence-transformers' ``Normalize``: unit L2 norm."""
+
+    def forward(self, vectors: torch.Tensor) -> torch.Tensor:
+        return F.normalize(vectors, p=2, dim=-1)
+
+
+def sentence_head(config) -> torch.nn.Sequential | None:
+    """The sentence-transformers modules after pooling that a backbone carried (``config.sentence_modules``, each
+    ``{"type": "Dense", "in_features", "out_features", "bias", "activation_function"}`` or ``{"type": "Normalize"}``),
+    in their order, applied to the pooled vector as sentence-transformers applies them; None without any. ValueError
+    for another type or a Dense whose input is not the width before it (``hidden_size`` first)."""
+    modules = getattr(config, "sentence_modules", None)
+    if not modules:
+        return None
+    layers, width = [], config.hidden_size
+    for module in modules:
+        if module.get("type") not in SENTENCE_MODULES:
+            raise ValueError(f"sentence_modules: {module.get('type')!r} is not one of {SENTENCE_MODULES}")
+        if module["type"] == "Normalize":
+            layers.append(CarriedNormalize())
+            continue
+        if module["in_features"] != width:
+            raise ValueError(
+                f"sentence_modules: a Dense reads {module['in_features']} features of a {width}-dim vector"
+            )
+        activation = module.get("activation_function") or DEFAULT_ACTIVATION
+        layers.append(CarriedDense(width, module["out_features"], module.get("bias", True), activation))
+        width = module["out_features"]
+    return torch.nn.Sequential(*layers)
+
+
+def describe_modules(modules: list[dict] | None) -> str:
+    """The carried modules in words: ``Dense 768->768 (Tanh) and Normalize``; "" without any."""
+    return " and ".join(
+        f"Dense {m['in_features']}->{m['out_features']} ({m['activation_function'].rsplit('.', 1)[-1]})"
+        if m["type"] == "Dense"
+        else m["type"]
+        for m in modules or ()
+    )
+
+
+def head_vectors(head: torch.nn.Sequential | None, pooled: torch.Tensor, unit: bool = True) -> torch.Tensor:
+    """The pooled vectors through the carried modules (``sentence_head``); unchanged without any. ``unit=False``
+    leaves out a trailing ``Normalize``: the decoder and the training losses read the vector before it (a scale that
+    the cosine-based losses ignore), so a member trains on e5 exactly as on its encoder without the module, while the
+    published embedding equals the start's."""
+    if head is None:
+        return pooled
+    if not unit and isinstance(head[-1], CarriedNormalize):
+        head = head[:-1]
+    return head(pooled)
+
+
+def has_sentence_transformers_files(model_dir: str | os.PathLike) -> bool:
+    """Whether the folder already has a sentence-transformers layout (``modules.json``)."""
+    return (Path(model_dir) / "modules.json").is_file()
+
+
+def _versions() -> dict[str, str]:
+    found = {}
+    for key, dist in (
+        ("sentence_transformers", "sentence-transformers"),
+        ("transformers", "transformers"),
+        ("pytorch", "torch"),
+    ):
+        try:
+            found[key] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def _write_json(path: Path, value: object) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(value, indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def add_sentence_transformers_files(
+    model_dir: str | os.PathLike,
+    normalize: bool | None = None,
+    max_seq_length: int | None = None,
+) -> list[Path]:
+    """Write ``modules.json``, ``sentence_bert_config.json``, ``1_Pooling/config.json`` and
+    ``config_sentence_transformers.json`` into a saved model folder; return the written paths.
+
+    Every ``save_pretrained`` of the hf_tlaser models calls this, so ``SentenceTransformer(folder,
+    trust_remote_code=True)`` pools like ``encode``: CLS (STR_TAG) for T-LASER, max for LASER. The files use the
+    module names and config keys sentence-transformers has read since 2.x (``models.Transformer`` / ``Pooling`` /
+    ``Normalize``, ``pooling_mode_*`` booleans). ``pipeline("feature-extraction", model=folder,
+    trust_remote_code=True)`` loads the same encoder and returns its per-token final-layer outputs: the sentence
+    vector is position 0 for T-LASER and the max over the tokens for LASER.
+
+    The modules a backbone carried after pooling (``config.sentence_modules``: Dense, Normalize) follow the pooling in
+    their order, each Dense in its own folder (``config.json`` and ``model.safetensors`` with the model's weights of
+    it), so sentence-transformers computes the model's ``pooler_output``.
+
+    ``normalize`` appends a ``Normalize`` module (unit vectors; not after a carried one); None keeps the folder's
+    current choice (none for a new folder), True/False rewrite it. ``max_seq_length`` (default:
+    ``max_position_embeddings``) is where sentence-transformers truncates.
+    """
+    folder = Path(model_dir)
+    config = read_model_config(folder)
+    mode = pooling_mode(config)
+    if mode is None:  # sentence-transformers cannot pool like this model: no layout
+        return []
+    carried = config.get("sentence_modules") or []
+    if normalize is None:  # a Normalize after the carried modules is the user's
+        modules_path = folder / "modules.json"
+        old = json.loads(modules_path.read_text(encoding="utf-8")) if modules_path.is_file() else []
+        normalize = len(old) > 2 + len(carried) and old[-1].get("type") == _NORMALIZE_MODULE
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    ]
+    kinds = [module["type"] for module in carried]
+    if normalize and kinds[-1:] != ["Normalize"]:
+        kinds.append("Normalize")
+    for idx, kind in enumerate(kinds, start=len(modules)):
+        module_type = _DENSE_MODULE if kind == "Dense" else _NORMALIZE_MODULE
+        modules.append({"idx": idx, "name": str(idx), "path": f"{idx}_{kind}", "type": module_type})
+    pooling = {"word_embedding_dimension": token_dim(config)}
+    pooling.update({key: name == mode for name, key in _LEGACY_POOLING_KEYS.items()})
+    pooling["include_prompt"] = True
+    length = max_seq_length or int(config.get("max_position_embeddings", 512))
+    return [
+        *write_dense_folders(folder, carried, modules[2:]),
+        _write_json(folder / "modules.json", modules),
+        _write_json(folder / "sentence_bert_config.json", {"max_seq_length": length, "do_lower_case": False}),
+        _write_json(folder / "1_Pooling" / "config.json", pooling),
+        _write_json(
+            folder / "config_sentence_transformers.json",
+            {
+                "__version__": _versions(),
+                "model_type": "SentenceTransformer",
+                "prompts": {},
+                "default_prompt_name": None,
+                "similarity_fn_name": "cosine",
+            },
+        ),
+    ]
+
+
+HEAD_WEIGHT = re.compile(r"(?:^|\.)sentence_head\.(\d+)\.(linear\.(?:weight|bias))$")
+"""A carried Dense's weight in a saved model (``encoder.`` in front in a translation checkpoint)."""
+
+
+def saved_head_weights(folder: Path) -> dict[int, dict[str, torch.Tensor]]:
+    """The carried Dense weights of a saved model folder (``model.safetensors`` or its shards), by module index:
+    ``{0: {"linear.weight": ..., "linear.bias": ...}}``."""
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        files = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+    else:
+        files = ["model.safetensors"]
+    found: dict[int, dict[str, torch.Tensor]] = {}
+    for name in files:
+        if not (folder / name).is_file():
+            raise FileNotFoundError(f"{folder} has no {name}: the carried Dense weights are read from it")
+        with safe_open(str(folder / name), framework="pt") as weights:
+            for key in weights.keys():  # noqa: SIM118 - safe_open is not a mapping
+                match = HEAD_WEIGHT.search(key)
+                if match:
+                    found.setdefault(int(match.group(1)), {})[match.group(2)] = weights.get_tensor(key).contiguous()
+    return found
+
+
+def write_dense_folders(folder: Path, carried: list[dict], entries: list[dict]) -> list[Path]:
+    """Write each carried Dense as sentence-transformers saves one (``config.json``, ``model.safetensors`` with
+    ``linear.weight`` / ``linear.bias``) into its folder of ``entries`` (the modules.json entries after pooling,
+    in the order of ``carried``); return the written paths."""
+    dense = [(i, module) for i, module in enumerate(carried) if module["type"] == "Dense"]
+    if not dense:
+        return []
+    weights = saved_head_weights(folder)
+    written = []
+    for i, module in dense:
+        target = folder / entries[i]["path"]
+        if set(weights.get(i, {})) != {"linear.weight"} | ({"linear.bias"} if module.get("bias", True) else set()):
+            raise ValueError(f"{folder}: the saved weights lack sentence_head.{i} (a Dense of sentence_modules)")
+        settings = {key: module[key] for key in ("in_features", "out_features") if key in module}
+        settings["bias"] = module.get("bias", True)
+        settings["activation_function"] = module.get("activation_function") or DEFAULT_ACTIVATION
+        written.append(_write_json(target / "config.json", settings))
+        save_file(weights[i], str(target / "model.safetensors"), metadata={"format": "pt"})
+        written.append(target / "model.safetensors")
+    return written

@@ -44,8 +44,8 @@ LAYERS: list[tuple[str, ...]] = [
 ]
 """The layers of docs/architecture.md, bottom first, each a list of units (a module, or a package with all its
 modules). A unit imports from the layers below it and from itself; the units of one layer ignore each other, except
-those of the base layer (``hardware`` reads ``version``, ``commands`` ``errors``) and of the public API's layer (``hf_tlaser/__init__.py``
-exports the others)."""
+those of the base layer (``hardware`` reads ``version``, ``commands`` ``errors``) and of the public API's layer
+(``hf_tlaser/__init__.py`` exports the others)."""
 SHARED_LAYERS = (0, 2)
 """The layers whose units may import each other."""
 NEVER = {"hf_tlaser.hub": "hf_tlaser.training", "hf_tlaser.inference": "hf_tlaser.training"}

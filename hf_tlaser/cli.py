@@ -25,6 +25,10 @@ COMMANDS = {
         "hf_tlaser.inference.mine:main",
         "mine parallel sentences from two text files with LASER's margin (TSV + score histogram)",
     ),
+    "export": (
+        "hf_tlaser.inference.export:main",
+        "write ONNX / OpenVINO (optionally int8) files into a model folder for sentence-transformers' backend=",
+    ),
     "env": ("hf_tlaser.cli:env_main", "print versions, device, CPU, bf16 support and threads (for bug reports)"),
 }
 

@@ -1,0 +1,424 @@
+"""``hf-tlaser export``: ONNX and OpenVINO files of a saved model folder, where sentence-transformers' ``backend=``
+loader looks for them.
+
+* ``--backend onnx`` writes ``onnx/model.onnx`` (fp32): the encoder's per-token final states
+  (``input_ids``, ``attention_mask`` -> ``last_hidden_state``), which sentence-transformers pools with the folder's
+  own ``1_Pooling`` (and carried ``Dense`` / ``Normalize``) modules, as in the torch backend. The tokenizer, and so
+  the prompt it adds, is the folder's, unchanged.
+* ``--quantize int8`` adds a dynamically quantised copy named as sentence-transformers' own export helpers name
+  theirs (``onnx/model_qint8_avx512_vnni.onnx``, ``model_quint8_avx2.onnx``, ...): int8 weights, activations
+  quantised at run time, for the instruction set of ``--cpu`` (default: this CPU's).
+* ``--backend openvino`` writes ``openvino/openvino_model.xml`` / ``.bin`` (fp32), converted from the ONNX graph;
+  ``--quantize int8`` adds ``openvino/openvino_model_qint8_quantized.xml`` (NNCF's int8 weight compression).
+
+The tools are PyTorch's ONNX exporter, ONNX Runtime's quantiser, OpenVINO's converter and NNCF; nothing here
+builds a graph by hand. Every file written is checked against the torch model on held-out sentences before the
+command ends (``max_abs_diff`` for fp32, ``min_cosine`` for int8), and the folder's other files are not touched,
+so it loads as before with ``AutoModel`` and ``SentenceTransformer(..., trust_remote_code=True)``.
+
+sentence-transformers loads the files with ``backend="onnx"`` / ``"openvino"`` (and ``trust_remote_code=True``)
+through optimum (``optimum-onnx``, ``optimum-intel``); an int8 file is picked with
+``model_kwargs={"file_name": "onnx/model_qint8_avx512_vnni.onnx"}``. OpenVINO's CPU plugin computes in bf16 by
+default on a CPU with native bf16: ``model_kwargs={"ov_config": {"INFERENCE_PRECISION_HINT": "f32"}}`` keeps fp32.
+The files load with optimum-onnx 0.1.0 (transformers 4.57) and optimum-intel 2.2.0 (transformers 5.5); neither
+imports with a newer transformers. docs/export.md has the measurements.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import logging
+import platform
+import shutil
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from hf_tlaser.commands import print_summary, run_command
+from hf_tlaser.errors import UsageError
+
+logger = logging.getLogger(__name__)
+
+BACKENDS = ("onnx", "openvino")
+QUANTIZE = ("int8",)
+SUPPORTED = ("tlaser", "ldt")
+"""model_types whose encoder exports: T-LASER / cT-LASER (own layers or a pretrained backbone) and LDT. LASER's and
+Yu 2018's recurrent encoders (packed sequences) do not."""
+EXTRAS = {
+    "onnx": ("onnx", "onnxruntime"),
+    "openvino": ("onnx", "onnxruntime", "openvino"),
+    "openvino-int8": ("nncf",),
+}
+"""The modules each backend needs, all in ``pip install hf_tlaser[onnx]`` / ``hf_tlaser[openvino]``."""
+ONNX_FILE = "onnx/model.onnx"
+OPENVINO_FILE = "openvino/openvino_model.xml"
+OPENVINO_INT8_FILE = "openvino/openvino_model_qint8_quantized.xml"
+ONNX_CPU_TARGETS = {
+    # sentence-transformers / optimum's names; avx2 keeps activations and weights unsigned (no u8*s8 saturation)
+    "avx512_vnni": ("qint8", "avx512_vnni"),
+    "avx512": ("qint8", "avx512f"),
+    "avx2": ("quint8", "avx2"),
+    "arm64": ("qint8", None),
+}
+"""``--cpu`` target -> (weight type in the file name, /proc/cpuinfo flag the target needs; None: an ARM CPU)."""
+OPSET = 17
+FP32_TOLERANCE = 1e-4
+"""Largest absolute difference of an fp32 file's final states to torch's before the export fails (measured ~1e-6)."""
+INT8_MIN_COSINE = 0.9
+"""Smallest cosine of an int8 file's pooled vectors to torch's before the export fails: a broken file, not a quality
+bound (measure quality with ``hf-tlaser evaluate``)."""
+CHECK_TEXTS = (
+    "The export is checked on these sentences.",
+    "Dies ist ein kurzer Satz.",
+    "Une phrase un peu plus longue, avec une virgule et des mots en plus pour allonger la séquence.",
+    "短い文",
+    "x",
+)
+
+
+@dataclass
+class ExportedFile:
+    """One written file, relative to the folder, and its agreement with the torch model on ``CHECK_TEXTS``."""
+
+    path: str
+    max_abs_diff: float
+    min_cosine: float
+
+
+def require(modules: Sequence[str], extra: str) -> None:
+    """UsageError naming the extra to install where one of ``modules`` cannot be imported."""
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError as error:
+            raise UsageError(
+                f"the {extra} backend needs the {name!r} package ({error}); install it with: "
+                f"pip install 'hf_tlaser[{extra}]'"
+            ) from None
+
+
+def cpu_flags() -> set[str]:
+    """This CPU's feature flags (Linux ``/proc/cpuinfo``; empty where it cannot be read)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        if line.startswith(("flags", "Features")):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def this_cpu_target() -> str:
+    """The ``--cpu`` target for this CPU: the widest int8 instruction set it has."""
+    if platform.machine().lower() in {"arm64", "aarch64"}:
+        return "arm64"
+    flags = cpu_flags()
+    for target in ("avx512_vnni", "avx512", "avx2"):
+        if ONNX_CPU_TARGETS[target][1] in flags:
+            return target
+    raise UsageError("this CPU has no AVX2: int8 ONNX files need AVX2 or newer; pass --cpu for another machine")
+
+
+def onnx_int8_file(target: str) -> str:
+    """The quantised file's path in the folder, named as sentence-transformers names it."""
+    weights, _ = ONNX_CPU_TARGETS[target]
+    return f"onnx/model_{weights}_{target}.onnx"
+
+
+def check_quantized_file_cpu(path: str | Path, flags: set[str] | None = None) -> None:
+    """UsageError where an int8 ONNX file (named ``model_<weights>_<target>.onnx``) is used on a CPU without the
+    instructions its target names; nothing for another file."""
+    name = Path(path).stem
+    for target, (weights, flag) in ONNX_CPU_TARGETS.items():
+        if name != f"model_{weights}_{target}":
+            continue
+        flags = cpu_flags() if flags is None else flags
+        arm = platform.machine().lower() in {"arm64", "aarch64"}
+        if (flag is None and not arm) or (flag is not None and flag not in flags):
+            raise UsageError(
+                f"{path} was quantised for {target}, which this CPU lacks; use onnx/model.onnx or export one for "
+                f"this CPU (hf-tlaser export FOLDER --backend onnx --quantize int8 --cpu {this_cpu_target()})"
+            )
+
+
+def check_folder(folder: Path) -> None:
+    """UsageError for a folder the exporter cannot take: no model config, an architecture it does not export, or no
+    sentence-transformers layout (read as JSON: no model code runs)."""
+    from hf_tlaser.hub.st_layout import has_sentence_transformers_files, read_model_config
+
+    if not (folder / "config.json").is_file():
+        raise UsageError(f"{folder} has no config.json; pass a folder that hf-tlaser train or save_pretrained wrote")
+    model_type = read_model_config(folder).get("model_type")
+    if model_type not in SUPPORTED:
+        raise UsageError(
+            f"{folder}: model_type {model_type!r} cannot be exported (the exporter takes {', '.join(SUPPORTED)}); "
+            "use it with the torch backend"
+        )
+    if not has_sentence_transformers_files(folder):
+        raise UsageError(
+            f"{folder} has no sentence-transformers layout (modules.json), which the exported files need; "
+            "add it with hf_tlaser.hub.add_sentence_transformers_files"
+        )
+
+
+def load_for_export(folder: Path):
+    """The folder's encoder (fp32, eval mode) and tokenizer."""
+    from transformers import AutoModel, AutoTokenizer
+
+    model = AutoModel.from_pretrained(folder, trust_remote_code=True, dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+    return model, tokenizer
+
+
+class LastHiddenState(torch.nn.Module):
+    """The encoder's per-token final states: what sentence-transformers' Transformer module hands to Pooling."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids=input_ids, attention_mask=attention_mask, return_dict=True).last_hidden_state
+
+
+def sample_batch(tokenizer, texts: Sequence[str]) -> dict[str, torch.Tensor]:
+    """Tokenized, right-padded ``texts`` (padding present, so the traced graph keeps its attention mask)."""
+    batch = tokenizer(list(texts), padding=True, truncation=True, max_length=128, return_tensors="pt")
+    return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+
+
+def export_onnx(model: torch.nn.Module, tokenizer, path: Path) -> None:
+    """``path``: the fp32 ONNX graph of ``LastHiddenState(model)``, batch and sequence axes dynamic."""
+    import warnings
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    batch = sample_batch(tokenizer, ["a sample to trace", "a much longer sample sentence to trace the export with"])
+    axes = {"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: "batch", 1: "sequence"}}
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the tracer's warnings about Python values read from tensors
+        torch.onnx.export(
+            LastHiddenState(model),
+            (batch["input_ids"], batch["attention_mask"]),
+            str(path),
+            input_names=["input_ids", "attention_mask"],
+            output_names=["last_hidden_state"],
+            dynamic_axes={**axes, "last_hidden_state": {0: "batch", 1: "sequence"}},
+            opset_version=OPSET,
+            dynamo=False,
+            do_constant_folding=True,
+        )
+
+
+def quantize_onnx(source: Path, target_path: Path, target: str) -> None:
+    """ONNX Runtime's dynamic quantisation of ``source``'s MatMul/Gemm weights to int8, per channel, for ``target``
+    (unsigned weights for AVX2)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    weights = QuantType.QUInt8 if ONNX_CPU_TARGETS[target][0] == "quint8" else QuantType.QInt8
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(max(level, logging.WARNING))  # the quantiser logs a line per tensor on the root logger
+    try:
+        quantize_dynamic(
+            str(source),
+            str(target_path),
+            weight_type=weights,
+            per_channel=True,
+            reduce_range=False,
+            op_types_to_quantize=["MatMul", "Gemm"],
+        )
+    finally:
+        root.setLevel(level)
+
+
+def export_openvino(onnx_path: Path, xml_path: Path) -> None:
+    """OpenVINO's conversion of the ONNX graph, saved in fp32."""
+    import openvino as ov
+
+    xml_path.parent.mkdir(parents=True, exist_ok=True)
+    ov.save_model(ov.convert_model(str(onnx_path)), str(xml_path), compress_to_fp16=False)
+
+
+def compress_openvino(xml_path: Path, target_path: Path) -> None:
+    """NNCF's int8 weight compression of an OpenVINO model (activations stay fp32)."""
+    import nncf
+    import openvino as ov
+
+    nncf.set_log_level(logging.ERROR)  # its per-layer table on stdout
+    compressed = nncf.compress_weights(ov.Core().read_model(str(xml_path)), mode=nncf.CompressWeightsMode.INT8_ASYM)
+    ov.save_model(compressed, str(target_path), compress_to_fp16=False)
+
+
+def run_onnx(path: Path, batch: dict[str, torch.Tensor]) -> np.ndarray:
+    """The ONNX file's final states for ``batch``, one thread."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    return session.run(["last_hidden_state"], {key: value.numpy() for key, value in batch.items()})[0]
+
+
+def run_openvino(path: Path, batch: dict[str, torch.Tensor], precision: str = "f32") -> np.ndarray:
+    """The OpenVINO model's final states for ``batch`` at inference ``precision`` ("f32"; "" for the CPU plugin's
+    default, bf16 on a CPU with native bf16)."""
+    import openvino as ov
+
+    config = {"INFERENCE_PRECISION_HINT": precision} if precision else {}
+    compiled = ov.Core().compile_model(str(path), "CPU", config)
+    return compiled({key: value.numpy() for key, value in batch.items()})[compiled.output(0)]
+
+
+def pooled(states: np.ndarray, mask: np.ndarray, mode: str) -> np.ndarray:
+    """Sentence vectors as the folder's Pooling module computes them (cls or mean)."""
+    if mode == "cls":
+        return states[:, 0]
+    weights = mask[..., None].astype(states.dtype)
+    return (states * weights).sum(1) / np.clip(weights.sum(1), 1, None)
+
+
+def agreement(reference: np.ndarray, states: np.ndarray, mask: np.ndarray, mode: str) -> tuple[float, float]:
+    """(max |difference| of the final states at the tokens, min cosine of the pooled vectors) to the reference."""
+    keep = mask.astype(bool)
+    diff = float(np.abs(reference[keep] - states[keep]).max())
+    a, b = pooled(reference, mask, mode), pooled(states, mask, mode)
+    cosine = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1) + 1e-12)
+    return diff, float(cosine.min())
+
+
+def planned_files(backend: str, quantize: str | None, cpu: str) -> list[str]:
+    """The files the export writes (the fp32 file only where not quantising: an int8 export reuses it)."""
+    if backend == "onnx":
+        return [onnx_int8_file(cpu)] if quantize else [ONNX_FILE]
+    return [OPENVINO_INT8_FILE] if quantize else [OPENVINO_FILE]
+
+
+def export_model(
+    folder: str | Path,
+    backend: str = "onnx",
+    quantize: str | None = None,
+    cpu: str | None = None,
+    overwrite: bool = False,
+) -> list[ExportedFile]:
+    """Write ``backend``'s files into the saved model ``folder`` (see the module docstring) and check each against
+    the torch model; return what was written. UsageError for an unsupported folder, a missing package or an existing
+    output without ``overwrite``."""
+    folder = Path(folder)
+    if backend not in BACKENDS:
+        raise UsageError(f"--backend {backend!r}: choose from {', '.join(BACKENDS)}")
+    if quantize not in (None, *QUANTIZE):
+        raise UsageError(f"--quantize {quantize!r}: choose from {', '.join(QUANTIZE)}")
+    if cpu is not None and cpu not in ONNX_CPU_TARGETS:
+        raise UsageError(f"--cpu {cpu!r}: choose from {', '.join(ONNX_CPU_TARGETS)}")
+    if not folder.is_dir():
+        raise UsageError(f"{folder} is not a folder")
+    check_folder(folder)
+    cpu = cpu or (this_cpu_target() if backend == "onnx" and quantize else "avx2")
+    outputs = planned_files(backend, quantize, cpu)
+    existing = [name for name in outputs if (folder / name).exists()]
+    if existing and not overwrite:
+        raise UsageError(f"{folder / existing[0]} exists; pass --overwrite to replace it")
+    require(EXTRAS[backend], backend)
+    if backend == "openvino" and quantize:
+        require(EXTRAS["openvino-int8"], "openvino")
+    model, tokenizer = load_for_export(folder)
+    mode = json.loads((folder / "1_Pooling" / "config.json").read_text(encoding="utf-8"))
+    mode = "cls" if mode.get("pooling_mode_cls_token") else "mean" if mode.get("pooling_mode_mean_tokens") else None
+    if mode is None:
+        raise UsageError(f"{folder}: the exporter checks cls or mean pooling only")
+    check = sample_batch(tokenizer, CHECK_TEXTS)
+    with torch.no_grad():
+        reference = LastHiddenState(model)(**check).float().numpy()
+    mask = check["attention_mask"].numpy()
+
+    written: list[ExportedFile] = []
+    with tempfile.TemporaryDirectory(prefix="hf-tlaser-export-") as tmp:
+        staged = stage_files(folder, Path(tmp), model, tokenizer, backend, quantize, cpu, overwrite)
+        for source, name, quantised in staged:
+            run = run_onnx if source.suffix == ".onnx" else run_openvino
+            diff, cosine = agreement(reference, run(source, check), mask, mode)
+            if quantised and cosine < INT8_MIN_COSINE:
+                raise RuntimeError(f"{name}: min cosine {cosine:.4f} to torch on the check sentences")
+            if not quantised and diff > FP32_TOLERANCE:
+                raise RuntimeError(f"{name}: max |difference| {diff:.2e} to torch on the check sentences")
+            written.append(ExportedFile(name, diff, cosine))
+        for source, name, _ in staged:
+            destination = folder / name
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, destination)
+            if source.suffix == ".xml":
+                shutil.copyfile(source.with_suffix(".bin"), destination.with_suffix(".bin"))
+    return written
+
+
+def stage_files(
+    folder: Path, tmp: Path, model, tokenizer, backend: str, quantize: str | None, cpu: str, overwrite: bool
+) -> list[tuple[Path, str, bool]]:
+    """Write the export's files under ``tmp``: (file, its path in the folder, quantised). An int8 export reuses the
+    folder's fp32 file of the backend where there is one (and ``overwrite`` is off), else writes it too."""
+    fp32_name = ONNX_FILE if backend == "onnx" else OPENVINO_FILE
+    reuse = quantize is not None and not overwrite and (folder / fp32_name).is_file()
+    onnx_fp32 = folder / ONNX_FILE if reuse and backend == "onnx" else tmp / ONNX_FILE
+    if onnx_fp32.parent == tmp / "onnx":
+        logger.info("exporting %s to ONNX", folder)
+        export_onnx(model, tokenizer, onnx_fp32)
+    fp32 = onnx_fp32
+    if backend == "openvino":
+        fp32 = folder / OPENVINO_FILE if reuse else tmp / OPENVINO_FILE
+        if not reuse:
+            export_openvino(onnx_fp32, fp32)
+    staged = [] if reuse else [(fp32, fp32_name, False)]
+    if quantize and backend == "onnx":
+        logger.info("quantising to int8 for %s", cpu)
+        quantize_onnx(fp32, tmp / onnx_int8_file(cpu), cpu)
+        staged.insert(0, (tmp / onnx_int8_file(cpu), onnx_int8_file(cpu), True))
+    elif quantize:
+        logger.info("compressing the OpenVINO weights to int8")
+        compress_openvino(fp32, tmp / OPENVINO_INT8_FILE)
+        staged.insert(0, (tmp / OPENVINO_INT8_FILE, OPENVINO_INT8_FILE, True))
+    return staged
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hf-tlaser export",
+        description="write ONNX or OpenVINO files into a saved model folder, where sentence-transformers' "
+        "backend='onnx' / 'openvino' loads them",
+    )
+    parser.add_argument("folder", help="a saved hf_tlaser model folder (hf-tlaser train's output)")
+    parser.add_argument("--backend", choices=BACKENDS, default="onnx")
+    parser.add_argument("--quantize", choices=QUANTIZE, default=None, help="add a dynamically quantised int8 file")
+    parser.add_argument(
+        "--cpu",
+        choices=sorted(ONNX_CPU_TARGETS),
+        default=None,
+        help="instruction set the ONNX int8 file is for (default: this CPU's)",
+    )
+    parser.add_argument("--overwrite", action="store_true", help="replace files the export would write")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``hf-tlaser export``: 0 with a summary, 2 with one line on stderr for a usage mistake."""
+    args = build_parser().parse_args(argv)
+
+    def work() -> int:
+        written = export_model(args.folder, args.backend, args.quantize, args.cpu, args.overwrite)
+        summary = {"folder": args.folder}
+        for item in written:
+            summary[item.path] = f"max_abs_diff {item.max_abs_diff:.2e}, min_cosine {item.min_cosine:.6f}"
+        return print_summary(summary)
+
+    return run_command("hf-tlaser export", work)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

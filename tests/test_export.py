@@ -1,0 +1,205 @@
+"""``hf-tlaser export``: ONNX / OpenVINO files in a saved model folder, on tiny random models built here (a cT-LASER
+warm-started from an XLM-R sentence-transformers model with mean pooling and a built-in prompt, and a from-scratch
+T-LASER with CLS pooling).
+
+Tolerances: fp32 files give the torch fp32 sentence vectors within 1e-5 (max absolute difference); int8 files keep a
+cosine of at least 0.99 to them on these tiny models (measured: >= 0.9999). Each test skips where its optional
+package is missing (CI installs the pinned stack only); the ``backend=`` loading tests also skip where optimum does
+not import with the installed transformers (optimum-onnx 0.1.0 and optimum-intel 2.2.0 need transformers < 4.58 and
+< 5.6)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModel
+
+from hf_tlaser.errors import UsageError
+from hf_tlaser.inference import export
+from hf_tlaser.training.joint import model_config
+from hf_tlaser.training.presets import get_preset
+from hf_tlaser.training.warm import backbone_overrides, check_backbone
+from tests.tiny_models import st_modules
+
+TEXTS = [
+    "The weather is lovely today.",
+    "Das Wetter ist heute schön.",
+    "He drove to the stadium, which was a long way from the city centre, and parked there.",
+    "x",
+]
+FP32_TOL = 1e-5
+INT8_COSINE = 0.99
+SMALL = {"languages": ["en", "es"], "decoder_attention_heads": 2, "decoder_ffn_dim": 64, "dropout": 0.0}
+
+
+def needs(*names: str) -> None:
+    """Skip unless every ``module`` or ``module:attribute`` imports (any ImportError, not only a missing package:
+    optimum's modules fail to import with a transformers newer than they support)."""
+    for name in names:
+        module, _, attribute = name.partition(":")
+        try:
+            found = importlib.import_module(module)
+            if attribute:
+                getattr(found, attribute)
+        except (ImportError, AttributeError) as error:
+            pytest.skip(f"{name} does not import: {error}")
+
+
+@pytest.fixture(scope="module")
+def warm_source(tmp_path_factory, backbone_dir) -> Path:
+    """A cT-LASER warm-started (no update) from a tiny random XLM-R saved as a sentence-transformers model with
+    e5's prompts: mean pooling, ``query: `` built into the tokenizer; read-only."""
+    from sentence_transformers import SentenceTransformer
+
+    modules = st_modules()
+    root = tmp_path_factory.mktemp("export")
+    layers = [modules.Transformer(str(backbone_dir)), modules.Pooling(32, pooling_mode="mean")]
+    SentenceTransformer(modules=layers, prompts={"query": "query: ", "passage": "passage: "}).save(str(root / "st"))
+    backbone = check_backbone(str(root / "st"), "ctlaser", None)
+    preset = get_preset("ctlaser", "tiny")
+    member = preset.model_class(
+        model_config(preset, backbone.tokenizer, "st", backbone_overrides(backbone, "backbone", dict(SMALL)))
+    )
+    backbone.load_into(member.encoder)
+    member.save_pretrained(root / "warm")
+    backbone.tokenizer.save_pretrained(root / "warm")
+    return root / "warm"
+
+
+@pytest.fixture(params=["warm", "scratch"])
+def folder(request, tmp_path) -> Path:
+    """A writable copy of the warm-started cT-LASER or of the from-scratch T-LASER (``tlaser_folder``)."""
+    source = request.getfixturevalue("warm_source" if request.param == "warm" else "tlaser_folder")
+    return Path(shutil.copytree(source, tmp_path / "model"))
+
+
+def torch_vectors(folder: Path) -> np.ndarray:
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(folder), trust_remote_code=True, device="cpu").encode(TEXTS)
+
+
+def pooled_vectors(folder: Path, run) -> np.ndarray:
+    """The folder's sentence-transformers pipeline with the Transformer module's states from ``run(features)``."""
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(folder), trust_remote_code=True, device="cpu")
+    features = model.tokenize(TEXTS)
+    batch = {"input_ids": features["input_ids"], "attention_mask": features["attention_mask"]}
+    features["token_embeddings"] = torch.from_numpy(run(batch))
+    with torch.no_grad():
+        for module in list(model)[1:]:
+            features = module(features)
+    return features["sentence_embedding"].numpy()
+
+
+def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+
+
+def run_cli(argv: list[str]) -> int:
+    from hf_tlaser.cli import main
+
+    return main(["export", *argv])
+
+
+def test_onnx_fp32_and_int8_match_torch(folder):
+    needs("onnx", "onnxruntime")
+    reference = torch_vectors(folder)
+    assert run_cli([str(folder), "--backend", "onnx", "--quantize", "int8", "--cpu", "avx2"]) == 0
+    assert {p.name for p in (folder / "onnx").iterdir()} == {"model.onnx", "model_quint8_avx2.onnx"}
+    fp32 = pooled_vectors(folder, lambda batch: export.run_onnx(folder / export.ONNX_FILE, batch))
+    assert np.abs(fp32 - reference).max() < FP32_TOL
+    int8 = pooled_vectors(folder, lambda batch: export.run_onnx(folder / "onnx/model_quint8_avx2.onnx", batch))
+    assert cosines(int8, reference).min() > INT8_COSINE
+
+
+def test_openvino_fp32_and_int8_match_torch(folder):
+    needs("onnx", "onnxruntime", "openvino", "nncf")
+    reference = torch_vectors(folder)
+    assert run_cli([str(folder), "--backend", "openvino", "--quantize", "int8"]) == 0
+    fp32 = pooled_vectors(folder, lambda batch: export.run_openvino(folder / export.OPENVINO_FILE, batch))
+    assert np.abs(fp32 - reference).max() < FP32_TOL
+    int8 = pooled_vectors(folder, lambda batch: export.run_openvino(folder / export.OPENVINO_INT8_FILE, batch))
+    assert cosines(int8, reference).min() > INT8_COSINE
+
+
+def test_the_folder_loads_as_before_after_an_export(warm_source, tmp_path):
+    needs("onnx", "onnxruntime")
+    folder = Path(shutil.copytree(warm_source, tmp_path / "model"))
+    assert run_cli([str(folder), "--backend", "onnx"]) == 0
+    assert np.array_equal(torch_vectors(folder), torch_vectors(warm_source))
+    batch = {"input_ids": torch.tensor([[0, 5, 6, 2]])}
+    with torch.no_grad():
+        before = AutoModel.from_pretrained(warm_source, trust_remote_code=True)(**batch).pooler_output
+        after = AutoModel.from_pretrained(folder, trust_remote_code=True)(**batch).pooler_output
+    assert torch.equal(before, after)
+
+
+def test_sentence_transformers_loads_the_onnx_files_with_backend(folder):
+    needs("onnxruntime", "optimum.onnxruntime:ORTModelForFeatureExtraction")
+    from sentence_transformers import SentenceTransformer
+
+    reference = torch_vectors(folder)
+    assert run_cli([str(folder), "--backend", "onnx", "--quantize", "int8", "--cpu", "avx2"]) == 0
+    model = SentenceTransformer(str(folder), backend="onnx", trust_remote_code=True, device="cpu")
+    assert np.abs(model.encode(TEXTS) - reference).max() < FP32_TOL
+    kwargs = {"file_name": "onnx/model_quint8_avx2.onnx"}
+    model = SentenceTransformer(str(folder), backend="onnx", trust_remote_code=True, model_kwargs=kwargs)
+    assert cosines(model.encode(TEXTS), reference).min() > INT8_COSINE
+
+
+def test_sentence_transformers_loads_the_openvino_files_with_backend(folder):
+    needs("onnx", "onnxruntime", "openvino", "optimum.intel.openvino:OVModelForFeatureExtraction")
+    from sentence_transformers import SentenceTransformer
+
+    reference = torch_vectors(folder)
+    assert run_cli([str(folder), "--backend", "openvino"]) == 0
+    kwargs = {"ov_config": {"INFERENCE_PRECISION_HINT": "f32"}}
+    model = SentenceTransformer(str(folder), backend="openvino", trust_remote_code=True, model_kwargs=kwargs)
+    assert np.abs(model.encode(TEXTS) - reference).max() < FP32_TOL
+
+
+def one_line_error(capsys, argv: list[str], *expected: str) -> None:
+    code = run_cli(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("hf-tlaser export: error: "), err
+    assert all(text in err[0] for text in expected), err[0]
+
+
+def test_an_architecture_the_exporter_does_not_take_is_one_line(tlaser_folder, tmp_path, capsys):
+    folder = Path(shutil.copytree(tlaser_folder, tmp_path / "model"))
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "model_type": "laser"}))
+    one_line_error(capsys, [str(folder)], "model_type 'laser' cannot be exported", "tlaser")
+
+
+def test_a_missing_backend_package_names_the_extra(tlaser_folder, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import onnxruntime now raises ImportError
+    one_line_error(capsys, [str(tlaser_folder)], "pip install 'hf_tlaser[onnx]'")
+    monkeypatch.setitem(sys.modules, "openvino", None)
+    one_line_error(capsys, [str(tlaser_folder), "--backend", "openvino"], "pip install 'hf_tlaser[openvino]'")
+
+
+def test_an_existing_output_is_refused_without_overwrite(tlaser_folder, tmp_path, capsys):
+    folder = Path(shutil.copytree(tlaser_folder, tmp_path / "model"))
+    (folder / "onnx").mkdir()
+    (folder / "onnx" / "model.onnx").write_bytes(b"")
+    one_line_error(capsys, [str(folder)], "onnx/model.onnx exists", "--overwrite")
+    (folder / "openvino").mkdir()
+    (folder / "openvino" / "openvino_model_qint8_quantized.xml").write_bytes(b"")
+    one_line_error(capsys, [str(folder), "--backend", "openvino", "--quantize", "int8"], "--overwrite")
+
+
+def test_an_int8_file_for_instructions_this_cpu_lacks_is_refused():
+    with pytest.raises(UsageError, match="quantised for avx512_vnni, which this CPU lacks"):
+        export.check_quantized_file_cpu("onnx/model_qint8_avx512_vnni.onnx", flags={"avx2", "avx512f"})
+    export.check_quantized_file_cpu("onnx/model_quint8_avx2.onnx", flags={"avx2"})
+    export.check_quantized_file_cpu("onnx/model.onnx", flags=set())

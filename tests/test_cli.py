@@ -28,7 +28,7 @@ def test_unknown_command(capsys):
     assert captured.out == ""
     assert captured.err.strip().splitlines() == [
         "hf-tlaser: unknown command 'trian'; choose from train-tokenizer, train, evaluate, teacher-vectors, push, "
-        "embed, mine, env"
+        "embed, mine, export, env"
     ]
 
 

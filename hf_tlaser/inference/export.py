@@ -43,6 +43,7 @@ import torch
 
 from hf_tlaser.commands import print_summary, run_command
 from hf_tlaser.errors import UsageError
+from hf_tlaser.models.common.pooling import has_sentence_transformers_files, read_model_config
 
 logger = logging.getLogger(__name__)
 
@@ -152,8 +153,6 @@ def check_quantized_file_cpu(path: str | Path, flags: set[str] | None = None) ->
 def check_folder(folder: Path) -> None:
     """UsageError for a folder the exporter cannot take: no model config, an architecture it does not export, or no
     sentence-transformers layout (read as JSON: no model code runs)."""
-    from hf_tlaser.hub.st_layout import has_sentence_transformers_files, read_model_config
-
     if not (folder / "config.json").is_file():
         raise UsageError(f"{folder} has no config.json; pass a folder that hf-tlaser train or save_pretrained wrote")
     model_type = read_model_config(folder).get("model_type")

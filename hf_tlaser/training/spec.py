@@ -1,5 +1,6 @@
 """``RunSpec``: one training run as a typed object, what ``hf-tlaser train`` turns its flags into and what every
-family's training reads (``hf_tlaser.training.families.train``); the recipe it asks for, and its ``--set`` values.
+family's training reads (``hf_tlaser.training.families.train``) once ``resolve`` has decided its defaults; its
+``--set`` values.
 Each field declares the families (``--model``) that take its flag (``flag``: the field metadata the parser's help
 reads too); ``RunSpec.check_families`` refuses a flag that the run's family does not take.
 
@@ -10,7 +11,7 @@ A script builds one directly: ``train(RunSpec(output_dir="runs/ct", model="ctlas
 from __future__ import annotations
 
 import inspect
-from dataclasses import MISSING, asdict, dataclass, field, fields, replace
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 
 import yaml
@@ -24,11 +25,6 @@ from hf_tlaser.training.presets import (
     JOINT_BPE,
     MODELS,
     MULTIWAY_FAMILIES,
-    WARM_ENCODER_LR,
-    WARM_FREEZE_UPDATES,
-    WARM_RECIPE,
-    Preset,
-    Recipe,
 )
 from hf_tlaser.training.trainer import LR_SCHEDULES
 
@@ -67,8 +63,9 @@ def flag(default=MISSING, *, families: tuple[str, ...], values: dict | None = No
 class RunSpec:
     """What a training run asks for: one field per ``hf-tlaser train`` flag (dashes as underscores), in the parser's
     order, each with the families that take it (``flag``); ``to_dict()`` is the ``args`` of the run's record.
-    ``check_families`` refuses a flag that ``--model`` does not take; ``recipe`` checks the numbers; the families
-    check the rest (output dir, corpora, model config) before reading any data."""
+    ``check_families`` refuses a flag that ``--model`` does not take; ``resolve`` (``training/resolve.py``)
+    decides every default and checks the numbers; the families check the rest (output dir, corpora, model config)
+    before reading any data."""
 
     config: str | None = flag(None, families=MODELS)
     """The ``--config`` file the values came from (recorded, not read again)."""
@@ -173,65 +170,6 @@ class RunSpec:
                     raise UsageError(
                         f"{what} is an option of --model {', '.join(families)}, not of --model {self.model}"
                     )
-
-    @property
-    def warm(self) -> bool:
-        """The encoder starts from ``--init-from`` (given, and the family takes it)."""
-        return self.init_from is not None and self.model in families_of("init_from")
-
-    def recipe(self, preset: Preset) -> Recipe:
-        """The preset's recipe (with ``--init-from``, ``WARM_RECIPE`` over it) with this run's overrides; UsageError
-        (naming the flag) on a value out of range, here or in the run's step counts."""
-        overrides = dict(WARM_RECIPE) if self.warm else {}
-        for name in RECIPE_FLAGS:
-            value, default = getattr(self, name), getattr(preset.recipe, name)
-            if value is not None:
-                overrides[name] = value if default is None else type(default)(value)
-        recipe = replace(preset.recipe, **overrides)
-        positive = (
-            "learning_rate",
-            "max_tokens",
-            "update_tokens",
-            "vocab_size",
-            "max_sentence_tokens",
-            "max_lines",
-            "max_sentences",
-            "lr_step_epochs",
-        )
-        for name, choices in CHOICES.items():
-            if getattr(recipe, name) not in choices:
-                raise UsageError(f"--{name.replace('_', '-')} {getattr(recipe, name)}: expected one of {choices}")
-        if recipe.lr_schedule == "step" and self.streaming:
-            raise UsageError(
-                "--lr-schedule step counts epochs, which --streaming has not: pass --lr-schedule inverse_sqrt"
-            )
-        for name in positive:
-            value = getattr(recipe, name)
-            if value is not None and value <= 0:
-                raise UsageError(f"--{name.replace('_', '-')} {value}: must be > 0")
-        for name in ("warmup_updates", "warmup_init_lr", "weight_decay", "max_grad_norm"):
-            if getattr(recipe, name) < 0:
-                raise UsageError(f"--{name.replace('_', '-')} {getattr(recipe, name)}: must be >= 0")
-        for flag, value in (("--max-steps", self.max_steps), ("--logging-steps", self.logging_steps)):
-            if value < 1:
-                raise UsageError(f"{flag} {value}: must be at least 1")
-        if self.save_steps < 1:
-            raise UsageError(f"--save-steps {self.save_steps}: must be at least 1")
-        if self.max_minutes is not None and self.max_minutes <= 0:
-            raise UsageError(f"--max-minutes {self.max_minutes}: must be > 0")
-        if self.freeze_encoder_steps is not None and self.freeze_encoder_steps < 0:
-            raise UsageError(f"--freeze-encoder-steps {self.freeze_encoder_steps}: must be >= 0")
-        if self.encoder_lr is not None and self.encoder_lr < 0:
-            raise UsageError(f"--encoder-lr {self.encoder_lr}: must be >= 0")
-        return recipe
-
-    @property
-    def encoder_schedule(self) -> tuple[int, float | None]:
-        """(updates with a frozen encoder, the encoder's peak learning rate or None for the recipe's): the flags, else
-        the warm-start defaults with ``--init-from``."""
-        freeze = self.freeze_encoder_steps if self.freeze_encoder_steps is not None else WARM_FREEZE_UPDATES * self.warm
-        lr = self.encoder_lr if self.encoder_lr is not None else (WARM_ENCODER_LR if self.warm else None)
-        return freeze, lr
 
 
 def families_of(name: str) -> tuple[str, ...]:

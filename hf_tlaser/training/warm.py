@@ -53,12 +53,10 @@ from hf_tlaser.models.registry import FAMILIES
 from hf_tlaser.tokenization import MODEL_INPUT_NAMES
 from hf_tlaser.training.plan import DataPlan
 from hf_tlaser.training.resolve import Plugin, Resolved
+from hf_tlaser.training.spec import INIT_HINT
 
 logger = logging.getLogger("hf_tlaser.train")
 
-INIT_HINT = "a Hugging Face encoder folder or Hub id (XLM-R, BERT, e5, LaBSE, ...) or a sentence-transformers folder"
-DECODER_VOCABS = ("full", "targets")
-POOLING_CHOICES = ("cls", "mean", "backbone")
 UNK_SAMPLE = 2000
 """Texts per language whose ``<unk>`` share is measured."""
 UNK_WARNING = 0.05

@@ -14,14 +14,14 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
 from hf_tlaser.data import Pair, ParallelExamples
 from hf_tlaser.errors import UsageError
 from hf_tlaser.teachers import NO_CACHE, Teacher, TeacherCache, VectorsTeacher, load_teacher
 from hf_tlaser.training.plan import DataPlan
 from hf_tlaser.training.presets import TEACHER_HEAD_MEMBERS
-from hf_tlaser.training.resolve import Plugin, Resolved
+from hf_tlaser.training.resolve import Built, Plugin, Resolved
 from hf_tlaser.training.spec import RunSpec
 from hf_tlaser.training.trainer import DISTILL_INPUTS
 
@@ -164,18 +164,11 @@ class Distillation(Plugin):
         check_widths(self.teacher, config, self.spec)
         warn_languages(self.teacher, plan.languages)
 
-    def attach(
-        self,
-        model: PreTrainedModel,
-        collator,
-        tokenizer: PreTrainedTokenizerBase,
-        dataset: ParallelExamples,
-        plan: DataPlan,
-        resumed: bool,
-    ) -> DistillCollator:
+    def attach(self, built: Built) -> DistillCollator:
+        plan = built.plan
         languages = pivot_languages(plan.pairs, plan.pivots)
-        matrix, row_of = teacher_matrix(self.teacher, self.spec.teacher_cache, dataset, languages)
-        return DistillCollator(collator, tokenizer, matrix, row_of, plan.pairs, plan.pivots)
+        matrix, row_of = teacher_matrix(self.teacher, self.spec.teacher_cache, built.dataset, languages)
+        return DistillCollator(built.collator, built.tokenizer, matrix, row_of, plan.pairs, plan.pivots)
 
     def fit_options(self) -> dict:
         return {"distill_weight": self.spec.distill_weight}

@@ -20,7 +20,7 @@ from hf_tlaser.tokenization import save_tokenizer, write_token_report
 from hf_tlaser.training.distill import Distillation
 from hf_tlaser.training.plan import DataPlan, plan_corpus, plan_data, plan_stream, train_joint_bpe
 from hf_tlaser.training.presets import Preset
-from hf_tlaser.training.resolve import Plugin, Resolved, resolve
+from hf_tlaser.training.resolve import Built, Plugin, Resolved, resolve
 from hf_tlaser.training.run import Run
 from hf_tlaser.training.run_dir import check_checkpoint, check_output_dir, check_resume, check_resume_config
 from hf_tlaser.training.spec import RunSpec, config_overrides
@@ -232,7 +232,7 @@ def train_joint(spec: RunSpec) -> LaserTrainer:
     model = preset.model_class(config) if vocabulary is None else preset.model_class(config, vocabulary)
     collator = collator_for(model, tokenizer, plan.pairs)
     for plugin in plugins:
-        collator = plugin.attach(model, collator, tokenizer, dataset, plan, checkpoint is not None)
+        collator = plugin.attach(Built(model, collator, tokenizer, dataset, plan, checkpoint is not None))
     name = preset.name
     for plugin in plugins:
         name = plugin.model_name(name)

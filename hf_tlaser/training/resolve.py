@@ -124,6 +124,19 @@ def resolve_recipe(spec: RunSpec, preset_recipe: Recipe, warm: bool) -> Recipe:
     return recipe
 
 
+@dataclass(frozen=True)
+class Built:
+    """What a plugin's ``attach`` reads: the built model (from the checkpoint when ``resumed``) and the family's
+    collator, the run's tokenizer, dataset and data plan."""
+
+    model: PreTrainedModel
+    collator: object
+    tokenizer: PreTrainedTokenizerBase
+    dataset: ParallelExamples
+    plan: DataPlan
+    resumed: bool
+
+
 class Plugin:
     """A run-wide addition of the joint-BPE path. ``joint.py`` calls each hook for every plugin of the run, in
     order; the defaults do nothing."""
@@ -144,18 +157,9 @@ class Plugin:
     def check_config(self, config: PretrainedConfig, plan: DataPlan) -> None:
         """Checks of the run's config and data plan, before any data is read."""
 
-    def attach(
-        self,
-        model: PreTrainedModel,
-        collator,
-        tokenizer: PreTrainedTokenizerBase,
-        dataset: ParallelExamples,
-        plan: DataPlan,
-        resumed: bool,
-    ):
-        """After the model and the family's collator are built (the model from the checkpoint when ``resumed``):
-        the collator the run trains with."""
-        return collator
+    def attach(self, built: Built):
+        """After the model and the family's collator are built: the collator the run trains with."""
+        return built.collator
 
     def fit_options(self) -> dict:
         """This plugin's keyword arguments of ``Run.fit``."""

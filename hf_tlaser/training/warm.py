@@ -34,13 +34,11 @@ from transformers import (
     AutoModel,
     AutoTokenizer,
     PretrainedConfig,
-    PreTrainedModel,
     PreTrainedTokenizerBase,
     PreTrainedTokenizerFast,
 )
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
-from hf_tlaser.data import ParallelExamples
 from hf_tlaser.errors import UsageError
 from hf_tlaser.model_folders import EVAL_PROMPTS, choose_prompt, model_folder
 from hf_tlaser.models.common.pooling import (
@@ -51,8 +49,7 @@ from hf_tlaser.models.common.pooling import (
 )
 from hf_tlaser.models.registry import FAMILIES
 from hf_tlaser.tokenization import MODEL_INPUT_NAMES
-from hf_tlaser.training.plan import DataPlan
-from hf_tlaser.training.resolve import Plugin, Resolved
+from hf_tlaser.training.resolve import Built, Plugin, Resolved
 from hf_tlaser.training.spec import INIT_HINT
 
 logger = logging.getLogger("hf_tlaser.train")
@@ -386,23 +383,14 @@ class WarmStart(Plugin):
     def tokenizer(self) -> tuple[PreTrainedTokenizerBase, str]:
         return self.backbone.tokenizer, f"--init-from {self.spec.init_from}"
 
-    def attach(
-        self,
-        model: PreTrainedModel,
-        collator,
-        tokenizer: PreTrainedTokenizerBase,
-        dataset: ParallelExamples,
-        plan: DataPlan,
-        resumed: bool,
-    ):
-        if not resumed:
-            self.backbone.load_into(model.encoder)
+    def attach(self, built: Built):
+        if not built.resumed:
+            self.backbone.load_into(built.model.encoder)
         if not self.spec.streaming:
-            unk_rates(
-                tokenizer,
-                {lang: list(islice(filter(None, dataset.dataset[lang]), UNK_SAMPLE)) for lang in plan.languages},
-            )
-        return collator
+            texts = built.dataset.dataset
+            samples = {lang: list(islice(filter(None, texts[lang]), UNK_SAMPLE)) for lang in built.plan.languages}
+            unk_rates(built.tokenizer, samples)
+        return built.collator
 
     def fit_options(self) -> dict:
         return {"save_dtype": self.backbone.stored_dtype}

@@ -169,10 +169,8 @@ def test_restricted_decoder_vocabulary_maps_labels_and_generations(backbone_dir,
     assert vocabulary[: tok.unk_token_id + 1].tolist() == list(range(tok.unk_token_id + 1))  # specials keep ids
     assert tok.mask_token_id not in vocabulary.tolist()
     torch.manual_seed(0)
-    model = TLaserForTranslation(
-        warm_config(backbone, decoder_vocab_size=len(vocabulary), tie_decoder_to_encoder=tie)
-    ).eval()
-    model.decoder_vocab_ids.copy_(vocabulary)
+    config = warm_config(backbone, decoder_vocab_size=len(vocabulary), tie_decoder_to_encoder=tie)
+    model = TLaserForTranslation(config, vocabulary).eval()
     assert model.lm_head is None if tie else model.lm_head.weight.shape[0] == len(vocabulary)
     batch = toy_batch(tok)
     rows = model.to_decoder_vocab(batch["labels"])
@@ -193,9 +191,10 @@ def test_sampled_softmax_keeps_each_label_score_and_equals_the_full_softmax_when
     torch.manual_seed(0)
     size = dict(decoder_vocab_size=len(vocabulary)) if restricted else {}
     draws = 2 if restricted else 7  # the batch's labels use 29 of the 34 restricted rows
-    model = TLaserForTranslation(warm_config(backbone, sampled_softmax=draws, **size)).train()
-    if restricted:
-        model.decoder_vocab_ids.copy_(vocabulary)
+    model = TLaserForTranslation(
+        warm_config(backbone, sampled_softmax=draws, **size), vocabulary if restricted else None
+    )
+    model.train()
     batch = toy_batch(tok)
     with torch.no_grad():
         vectors = model.encode_sentences(batch["input_ids"], batch["attention_mask"])
@@ -402,17 +401,22 @@ def test_chrf_matches_a_hand_computation():
 
 def test_warm_start_recipe_defaults_and_flags():
     from hf_tlaser.training.presets import WARM_ENCODER_LR, WARM_FREEZE_UPDATES, WARM_RECIPE, get_preset
+    from hf_tlaser.training.resolve import resolve
     from hf_tlaser.training.spec import RunSpec
 
+    def schedule(resolved) -> tuple:
+        return resolved.freeze_encoder_steps, resolved.encoder_lr
+
     preset = get_preset("ctlaser", "tiny")
-    scratch = RunSpec(output_dir="x")
-    assert scratch.recipe(preset) == preset.recipe and scratch.encoder_schedule == (0, None)
-    warm = RunSpec(output_dir="x", init_from="e5")
-    recipe = warm.recipe(preset)
-    assert all(getattr(recipe, key) == value for key, value in WARM_RECIPE.items())
-    assert warm.encoder_schedule == (WARM_FREEZE_UPDATES, WARM_ENCODER_LR)
-    mine = RunSpec(output_dir="x", init_from="e5", max_tokens=2000, freeze_encoder_steps=0, encoder_lr=1e-4)
-    assert mine.recipe(preset).max_tokens == 2000 and mine.encoder_schedule == (0, 1e-4)
+    scratch = resolve(RunSpec(output_dir="x"))
+    assert scratch.recipe == preset.recipe and schedule(scratch) == (0, None)
+    assert (scratch.pooling, scratch.decoder_vocab) == (None, "full")
+    warm = resolve(RunSpec(output_dir="x", init_from="e5"))
+    assert all(getattr(warm.recipe, key) == value for key, value in WARM_RECIPE.items())
+    assert schedule(warm) == (WARM_FREEZE_UPDATES, WARM_ENCODER_LR)
+    assert (warm.pooling, warm.decoder_vocab) == ("backbone", "targets")
+    mine = resolve(RunSpec(output_dir="x", init_from="e5", max_tokens=2000, freeze_encoder_steps=0, encoder_lr=1e-4))
+    assert mine.recipe.max_tokens == 2000 and schedule(mine) == (0, 1e-4)
 
 
 def test_pooling_backbone_needs_init_from(tmp_path, capsys):

@@ -43,6 +43,7 @@ from hf_tlaser.training.nmt_pair import (
 )
 from hf_tlaser.training.plan import plan_data
 from hf_tlaser.training.presets import NMTPreset, Recipe, get_preset
+from hf_tlaser.training.resolve import resolve
 from hf_tlaser.training.run import Run
 from hf_tlaser.training.run_dir import (
     RECORD,
@@ -210,8 +211,8 @@ def train_cnv(spec: RunSpec) -> LaserTrainer:
 
     Raises UsageError (before reading any corpus where it can) on a mistake the user can fix.
     """
-    preset = get_preset("cnv", spec.preset)
-    recipe = spec.recipe(preset)
+    resolved = resolve(spec)
+    preset, recipe = resolved.preset, resolved.recipe
     plan = check_cnv_args(spec, recipe)
     checkpoint, saved = check_cnv_output_dir(spec)
     if checkpoint is not None:

@@ -19,7 +19,9 @@ from transformers import PretrainedConfig, PreTrainedTokenizerBase
 from hf_tlaser.data import Pair, ParallelExamples
 from hf_tlaser.errors import UsageError
 from hf_tlaser.teachers import NO_CACHE, Teacher, TeacherCache, VectorsTeacher, load_teacher
+from hf_tlaser.training.plan import DataPlan
 from hf_tlaser.training.presets import TEACHER_HEAD_MEMBERS
+from hf_tlaser.training.resolve import Built, Plugin, Resolved
 from hf_tlaser.training.spec import RunSpec
 from hf_tlaser.training.trainer import DISTILL_INPUTS
 
@@ -143,3 +145,30 @@ class DistillCollator:
         ids, mask, targets = DISTILL_INPUTS
         batch.update({ids: enc["input_ids"], mask: enc["attention_mask"], targets: self.matrix[rows]})
         return batch
+
+
+class Distillation(Plugin):
+    """``--teacher``: the teacher loaded before any data is read, its width and languages checked against the
+    student's config and the curriculum, the family's collator wrapped in ``DistillCollator`` and the term's
+    weight given to the trainer."""
+
+    def __init__(self, teacher: Teacher, spec: RunSpec) -> None:
+        self.teacher, self.spec = teacher, spec
+
+    @classmethod
+    def check(cls, resolved: Resolved) -> Distillation | None:
+        teacher = check_teacher(resolved.spec)
+        return None if teacher is None else cls(teacher, resolved.spec)
+
+    def check_config(self, config: PretrainedConfig, plan: DataPlan) -> None:
+        check_widths(self.teacher, config, self.spec)
+        warn_languages(self.teacher, plan.languages)
+
+    def attach(self, built: Built) -> DistillCollator:
+        plan = built.plan
+        languages = pivot_languages(plan.pairs, plan.pivots)
+        matrix, row_of = teacher_matrix(self.teacher, self.spec.teacher_cache, built.dataset, languages)
+        return DistillCollator(built.collator, built.tokenizer, matrix, row_of, plan.pairs, plan.pivots)
+
+    def fit_options(self) -> dict:
+        return {"distill_weight": self.spec.distill_weight}

@@ -9,7 +9,6 @@ import inspect
 import json
 import logging
 from dataclasses import dataclass
-from itertools import islice
 from pathlib import Path
 
 from transformers import AutoTokenizer, PretrainedConfig, PreTrainedTokenizerBase
@@ -17,23 +16,16 @@ from transformers import AutoTokenizer, PretrainedConfig, PreTrainedTokenizerBas
 from hf_tlaser.data import Pair, TranslationCollator, decoder_languages
 from hf_tlaser.errors import UsageError
 from hf_tlaser.models.registry import FAMILIES
-from hf_tlaser.teachers import Teacher
 from hf_tlaser.tokenization import save_tokenizer, write_token_report
-from hf_tlaser.training.distill import (
-    DistillCollator,
-    check_teacher,
-    check_widths,
-    pivot_languages,
-    teacher_matrix,
-    warn_languages,
-)
+from hf_tlaser.training.distill import Distillation
 from hf_tlaser.training.plan import DataPlan, plan_corpus, plan_data, plan_stream, train_joint_bpe
-from hf_tlaser.training.presets import DECODER_VOCAB_MEMBERS, Preset, Recipe, get_preset
+from hf_tlaser.training.presets import Preset
+from hf_tlaser.training.resolve import Built, Plugin, Resolved, resolve
 from hf_tlaser.training.run import Run
 from hf_tlaser.training.run_dir import check_checkpoint, check_output_dir, check_resume, check_resume_config
 from hf_tlaser.training.spec import RunSpec, config_overrides
 from hf_tlaser.training.trainer import LaserTrainer, StreamStateCallback
-from hf_tlaser.training.warm import Backbone, backbone_overrides, check_backbone, target_vocabulary, unk_rates
+from hf_tlaser.training.warm import WarmStart, target_vocabulary
 
 logger = logging.getLogger("hf_tlaser.train")
 
@@ -43,8 +35,7 @@ SPECIAL_TOKEN_IDS = {"pad_token_id": "pad_token", "eos_token_id": "eos_token", "
 
 def special_token_ids(tokenizer: PreTrainedTokenizerBase, source: str, config_class: type) -> dict[str, int]:
     """The config fields that must follow the tokenizer's special tokens; UsageError if pad, ``</s>`` or the
-    STR_TAG (cls) token is missing. Ids that differ from the config defaults are logged (at INFO: the config follows
-    the tokenizer by design)."""
+    STR_TAG (cls) token is missing."""
     ids = {}
     for key, token in SPECIAL_TOKEN_IDS.items():
         token_id = getattr(tokenizer, key)
@@ -58,7 +49,14 @@ def special_token_ids(tokenizer: PreTrainedTokenizerBase, source: str, config_cl
         ids["unk_token_id"] = tokenizer.unk_token_id
     ids["decoder_start_token_id"] = ids["eos_token_id"]
     defaults = inspect.signature(config_class.__init__).parameters
-    ids = {key: value for key, value in ids.items() if key in defaults}  # an encoder-only config has no decoder start
+    return {key: value for key, value in ids.items() if key in defaults}  # an encoder-only config has no decoder start
+
+
+def model_config(preset: Preset, tokenizer: PreTrainedTokenizerBase, source: str, overrides: dict) -> PretrainedConfig:
+    """The preset's config for ``tokenizer``: its vocabulary size and special-token ids, then ``overrides``. Ids
+    that differ from the config defaults are logged (at INFO: the config follows the tokenizer by design)."""
+    ids = special_token_ids(tokenizer, source, preset.config_class)
+    defaults = inspect.signature(preset.config_class.__init__).parameters
     changed = [
         f"{key}={value} (config default {defaults[key].default})"
         for key, value in ids.items()
@@ -66,12 +64,6 @@ def special_token_ids(tokenizer: PreTrainedTokenizerBase, source: str, config_cl
     ]
     if changed:
         logger.info("special-token ids from the tokenizer: %s", ", ".join(changed))
-    return ids
-
-
-def model_config(preset: Preset, tokenizer: PreTrainedTokenizerBase, source: str, overrides: dict) -> PretrainedConfig:
-    """The preset's config for ``tokenizer``: its vocabulary size and special-token ids, then the ``--set`` values."""
-    ids = special_token_ids(tokenizer, source, preset.config_class)
     return preset.make_config(len(tokenizer), **{**ids, **overrides})
 
 
@@ -118,57 +110,45 @@ def collator_for(model, tokenizer: PreTrainedTokenizerBase, pairs: list[Pair]) -
     )
 
 
+PLUGINS: tuple[type[Plugin], ...] = (Distillation, WarmStart)
+"""The run-wide additions of the joint-BPE path (``--teacher``, ``--init-from``), in the order of their hooks."""
+
+
 @dataclass
 class JointPlan:
-    """What the checked run of a joint-BPE family asks for: its preset and recipe, the checkpoint it continues, the
-    data plan, the model config (vocabulary and special ids follow the tokenizer) with its ``--set`` overrides, and
-    the tokenizer given (``--tokenizer``, or the resumed run's; None: train a joint BPE)."""
+    """What the checked run of a joint-BPE family asks for: its resolved spec, the checkpoint it continues, the data
+    plan, the model config values (``--set``, the plugins', the language table; the tokenizer's follow at build
+    time), the tokenizer given and its name (``--tokenizer``, the resumed run's or a plugin's; None: train a joint
+    BPE) and the run's plugins."""
 
-    preset: Preset
-    recipe: Recipe
+    resolved: Resolved
     checkpoint: Path | None
     data: DataPlan
     overrides: dict
-    config: PretrainedConfig
     tokenizer: PreTrainedTokenizerBase | None
-    teacher: Teacher | None = None
-    backbone: Backbone | None = None
-    decoder_vocab: str = "full"
+    tokenizer_source: str
+    plugins: list[Plugin]
 
 
 def check_joint(spec: RunSpec) -> JointPlan:
     """The checks of a joint-BPE family's run, before any corpus text is read; UsageError on a mistake. Flags the
-    family does not take were refused before (``RunSpec.check_families``)."""
-    preset = get_preset(spec.model, spec.preset)
-    recipe = spec.recipe(preset)
-    if spec.streaming and recipe.batching != "pair":
-        raise UsageError(
-            "--streaming trains with --batching pair: multi-way batching assigns every group by the rarest pair of "
-            "the whole corpus"
-        )
-    teacher = check_teacher(spec)
-    decoder_vocab = check_decoder_vocab(spec, preset)
-    backbone = check_backbone(spec.init_from, spec.model, spec.tokenizer) if spec.init_from else None
+    family does not take were refused before (``RunSpec.check_families``). The config built here is a check (of the
+    values, the teacher's width, a resumed run's config); the model's is built once the data is read."""
+    resolved = resolve(spec)
+    preset, recipe = resolved.preset, resolved.recipe
+    plugins = [plugin for plugin in (kind.check(resolved) for kind in PLUGINS) if plugin is not None]
     checkpoint = check_output_dir(spec)
     if checkpoint is not None:
         check_resume(checkpoint, spec)
         step = check_checkpoint(checkpoint)
     overrides = config_overrides(spec.set, preset.config_class)
-    if spec.pooling not in (None, "backbone"):
-        overrides["pooling"] = spec.pooling
-    if backbone is not None:
-        logger.info("--init-from: %s", backbone.describe())
-        overrides = backbone_overrides(backbone, spec.pooling or "backbone", overrides)
-    elif spec.pooling == "backbone":
-        raise UsageError("--pooling backbone: only with --init-from (the pretrained model's own pooling)")
-    if checkpoint is not None and decoder_vocab == "targets":
+    if resolved.pooling not in (None, "backbone"):
+        overrides["pooling"] = resolved.pooling
+    for plugin in plugins:
+        overrides = plugin.configure(resolved, overrides)
+    if checkpoint is not None and resolved.decoder_vocab == "targets":
         overrides["decoder_vocab_size"] = resumed_value(checkpoint, "decoder_vocab_size")
-    try:
-        preset.make_config(recipe.vocab_size, **overrides)
-    except ValueError as err:
-        raise UsageError(f"model config ({preset.name} with --set {spec.set}): {err}") from None
     plan = plan_data(spec)
-    languages = plan.languages
     evaluation = [source.spec for source in plan.sources if source.evaluation]
     if evaluation:
         logger.warning(
@@ -181,43 +161,30 @@ def check_joint(spec: RunSpec) -> JointPlan:
     missing = sorted(set(needed) - set(table))
     if missing:
         raise UsageError(f"--set languages={table} lacks {missing}, which the curriculum {plan.describe()} needs")
-    overrides = {**overrides, "languages": list(table), "training_languages": languages}
-    config = preset.make_config(recipe.vocab_size, **overrides)  # vocab size and special ids follow below
-    if teacher is not None:
-        check_widths(teacher, config, spec)
-        warn_languages(teacher, languages)
+    overrides = {**overrides, "languages": list(table), "training_languages": plan.languages}
+    tokenizer, source = None, ""
     if checkpoint is not None:
-        tokenizer_source = resume_tokenizer(checkpoint)
-        logger.info(
-            "resuming from %s (step %d); tokenizer: %s (saved with the run)", checkpoint, step, tokenizer_source
-        )
-        if spec.tokenizer and Path(spec.tokenizer).resolve() != tokenizer_source.resolve():
+        folder = resume_tokenizer(checkpoint)
+        logger.info("resuming from %s (step %d); tokenizer: %s (saved with the run)", checkpoint, step, folder)
+        if spec.tokenizer and Path(spec.tokenizer).resolve() != folder.resolve():
             logger.warning(
                 "--tokenizer %s is ignored: a resumed run keeps the tokenizer it was trained with", spec.tokenizer
             )
+        tokenizer, source = load_tokenizer(folder, "--resume"), str(folder)
+    elif spec.tokenizer:
+        tokenizer, source = load_tokenizer(Path(spec.tokenizer), "--tokenizer"), str(Path(spec.tokenizer))
     else:
-        tokenizer_source = Path(spec.tokenizer) if spec.tokenizer else None
-    tokenizer = None
-    if backbone is not None and checkpoint is None:
-        tokenizer = backbone.tokenizer
-        config = model_config(preset, tokenizer, f"--init-from {spec.init_from}", overrides)
-    elif tokenizer_source is not None:
-        tokenizer = load_tokenizer(tokenizer_source, "--resume" if checkpoint else "--tokenizer")
-        config = model_config(preset, tokenizer, str(tokenizer_source), overrides)
+        tokenizer, source = next(filter(None, (plugin.tokenizer() for plugin in plugins)), (None, ""))
+    ids = {} if tokenizer is None else special_token_ids(tokenizer, source, preset.config_class)
+    try:
+        config = preset.make_config(recipe.vocab_size if tokenizer is None else len(tokenizer), **{**ids, **overrides})
+    except ValueError as err:
+        raise UsageError(f"model config ({preset.name} with --set {spec.set}): {err}") from None
+    for plugin in plugins:
+        plugin.check_config(config, plan)
     if checkpoint is not None:
         check_resume_config(checkpoint, config)
-    return JointPlan(preset, recipe, checkpoint, plan, overrides, config, tokenizer, teacher, backbone, decoder_vocab)
-
-
-def check_decoder_vocab(spec: RunSpec, preset: Preset) -> str:
-    """``--decoder-vocab`` of the run (default: ``targets`` with ``--init-from``, else ``full``); UsageError for a
-    streamed corpus (whose targets are not known in advance)."""
-    choice = spec.decoder_vocab or ("targets" if spec.init_from else "full")
-    if choice == "targets" and spec.model not in DECODER_VOCAB_MEMBERS:
-        return "full"  # the flag itself is refused for such a member (RunSpec.check_families)
-    if choice == "targets" and spec.streaming:
-        raise UsageError("--decoder-vocab targets reads every training target first: not with --streaming (use full)")
-    return choice
+    return JointPlan(resolved, checkpoint, plan, overrides, tokenizer, source, plugins)
 
 
 def resumed_value(checkpoint: Path, key: str):
@@ -230,8 +197,8 @@ def train_joint(spec: RunSpec) -> LaserTrainer:
     """Run one training job of a joint-BPE family; returns the trainer (its ``args.output_dir`` holds the saved
     model). Raises UsageError (before reading any corpus where it can) on a mistake the user can fix."""
     checked = check_joint(spec)
-    preset, recipe, checkpoint, plan = checked.preset, checked.recipe, checked.checkpoint, checked.data
-    config, tokenizer, languages = checked.config, checked.tokenizer, plan.languages
+    resolved, checkpoint, plan, plugins = checked.resolved, checked.checkpoint, checked.data, checked.plugins
+    preset, recipe, tokenizer, languages = resolved.preset, resolved.recipe, checked.tokenizer, plan.languages
     run = Run.open(spec, preset, recipe, checkpoint)
     logger.info(
         "languages %s; pivots %s; %d curriculum pairs: %s",
@@ -241,10 +208,10 @@ def train_joint(spec: RunSpec) -> LaserTrainer:
         ",".join("-".join(pair) for pair in plan.pairs),
     )
 
-    token_report = None
+    token_report, tokenizer_source = None, checked.tokenizer_source
     if tokenizer is None:
         tokenizer, token_report = train_joint_bpe(plan, spec.data_dir, recipe, spec.streaming)
-        config = model_config(preset, tokenizer, "the trained BPE", checked.overrides)
+        tokenizer_source = "the trained BPE"
 
     if spec.streaming:
         dataset = plan_stream(plan, tokenizer, recipe, run.training_args, spec.shuffle_buffer, checkpoint)
@@ -253,33 +220,26 @@ def train_joint(spec: RunSpec) -> LaserTrainer:
     else:
         dataset, sampler = plan_corpus(plan, tokenizer, recipe, run.training_args, spec.data_dir)
         groups = f"{len(dataset)} groups"
-    vocabulary = None  # a resumed run's restricted vocabulary comes with its checkpoint
-    if checked.decoder_vocab == "targets" and checkpoint is None:
+    vocabulary, overrides = None, checked.overrides  # a resumed run's restricted vocabulary comes with its checkpoint
+    if resolved.decoder_vocab == "targets" and checkpoint is None:
         targets = sorted({b for _, b in plan.pairs})
         vocabulary = target_vocabulary(tokenizer, (t for lang in targets for t in dataset.dataset[lang] if t))
-        config.decoder_vocab_size = len(vocabulary)
+        overrides = {**overrides, "decoder_vocab_size": len(vocabulary)}
         logger.info(
             "decoder vocabulary: the %d pieces of the %s targets (of %d)", len(vocabulary), targets, len(tokenizer)
         )
-    model = preset.model_class(config)
-    if vocabulary is not None:
-        model.decoder_vocab_ids.copy_(vocabulary)
-    if checked.backbone is not None:
-        if checkpoint is None:
-            checked.backbone.load_into(model.encoder)
-        if not spec.streaming:
-            samples = {lang: list(islice(filter(None, dataset.dataset[lang]), 2000)) for lang in languages}
-            unk_rates(tokenizer, samples)
+    config = model_config(preset, tokenizer, tokenizer_source, overrides)
+    model = preset.model_class(config) if vocabulary is None else preset.model_class(config, vocabulary)
     collator = collator_for(model, tokenizer, plan.pairs)
-    if checked.teacher is not None:
-        matrix, row_of = teacher_matrix(
-            checked.teacher, spec.teacher_cache, dataset, pivot_languages(plan.pairs, plan.pivots)
-        )
-        collator = DistillCollator(collator, tokenizer, matrix, row_of, plan.pairs, plan.pivots)
+    for plugin in plugins:
+        collator = plugin.attach(Built(model, collator, tokenizer, dataset, plan, checkpoint is not None))
+    name = preset.name
+    for plugin in plugins:
+        name = plugin.model_name(name)
     logger.info(
         "%s: %.1fM parameters, %s, %s micro-batches/epoch/rank, accumulation %d, batching=%s, language table %s; "
         "training %d updates",
-        preset.name if checked.backbone is None else f"{spec.model} on {checked.backbone.name}",
+        name,
         sum(p.numel() for p in model.parameters()) / 1e6,
         groups,
         "endless (streaming)" if sampler is None else len(sampler),
@@ -301,6 +261,7 @@ def train_joint(spec: RunSpec) -> LaserTrainer:
         }
         run.write_record()
     callbacks = [StreamStateCallback(dataset)] if spec.streaming else []
+    options = {key: value for plugin in plugins for key, value in plugin.fit_options().items()}
     return run.fit(
         model,
         dataset,
@@ -308,8 +269,7 @@ def train_joint(spec: RunSpec) -> LaserTrainer:
         sampler,
         callbacks=callbacks,
         tokenizer=tokenizer,
-        distill_weight=spec.distill_weight,
-        freeze_encoder_steps=spec.encoder_schedule[0],
-        encoder_lr=spec.encoder_schedule[1],
-        save_dtype=None if checked.backbone is None else checked.backbone.stored_dtype,
+        freeze_encoder_steps=resolved.freeze_encoder_steps,
+        encoder_lr=resolved.encoder_lr,
+        **options,
     )

@@ -1,5 +1,6 @@
 """``RunSpec``: one training run as a typed object, what ``hf-tlaser train`` turns its flags into and what every
-family's training reads (``hf_tlaser.training.families.train``); the recipe it asks for, and its ``--set`` values.
+family's training reads (``hf_tlaser.training.families.train``) once ``resolve`` has decided its defaults; its
+``--set`` values.
 Each field declares the families (``--model``) that take its flag (``flag``: the field metadata the parser's help
 reads too); ``RunSpec.check_families`` refuses a flag that the run's family does not take.
 
@@ -10,25 +11,26 @@ A script builds one directly: ``train(RunSpec(output_dir="runs/ct", model="ctlas
 from __future__ import annotations
 
 import inspect
-from dataclasses import MISSING, asdict, dataclass, field, fields, replace
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 
 import yaml
 from transformers import PretrainedConfig
 
-from hf_tlaser.data import COMPOSITIONS, DEFAULT_PIVOTS, DEFAULT_TRAIN_CORPORA
+from hf_tlaser.data import COMPOSITIONS, DEFAULT_PAIRS, DEFAULT_PIVOTS, DEFAULT_TRAIN_CORPORA, REGISTRY, SPEC_HELP
 from hf_tlaser.errors import UsageError
+from hf_tlaser.hardware import PRECISIONS
+from hf_tlaser.teachers import SPEC_HELP as TEACHER_SPEC_HELP
 from hf_tlaser.training.presets import (
     BACKBONE_MEMBERS,
     DECODER_VOCAB_MEMBERS,
     JOINT_BPE,
     MODELS,
     MULTIWAY_FAMILIES,
+    SIZES,
     WARM_ENCODER_LR,
     WARM_FREEZE_UPDATES,
-    WARM_RECIPE,
-    Preset,
-    Recipe,
+    get_preset,
 )
 from hf_tlaser.training.trainer import LR_SCHEDULES
 
@@ -55,86 +57,199 @@ CHOICES = {"batching": BATCHING, "lr_schedule": LR_SCHEDULES, "batch_composition
 """The recipe flags that take one of a few words."""
 
 
-def flag(default=MISSING, *, families: tuple[str, ...], values: dict | None = None, default_factory=MISSING):
+INIT_HINT = "a Hugging Face encoder folder or Hub id (XLM-R, BERT, e5, LaBSE, ...) or a sentence-transformers folder"
+DECODER_VOCABS = ("full", "targets")
+POOLING_CHOICES = ("cls", "mean", "backbone")
+
+
+def flag(
+    default=MISSING,
+    *,
+    families: tuple[str, ...],
+    values: dict | None = None,
+    default_factory=MISSING,
+    help: str | None = None,  # noqa: A002 - argparse's name
+    choices: tuple[str, ...] | None = None,
+    metavar: str | None = None,
+):
     """A ``RunSpec`` field whose flag the ``families`` (``--model`` names) take; ``values``: ``{value: families}``
     for a value only some of them take (``--batching multiway``). Any other family refuses it
-    (``RunSpec.check_families``)."""
-    metadata = {"families": families, "values": values or {}}
+    (``RunSpec.check_families``). ``help``, ``choices`` and ``metavar`` are the flag's in ``hf-tlaser train``
+    (``training.cli.build_parser`` generates the parser from the fields)."""
+    metadata = {
+        "families": families,
+        "values": values or {},
+        "argparse": dict(help=help, choices=choices, metavar=metavar),
+    }
     return field(default=default, default_factory=default_factory, metadata=metadata)
+
+
+def recipe_flag(name: str, *, values: dict | None = None):
+    """The ``RunSpec`` field of a recipe flag (``RECIPE_FLAGS``): None keeps the preset's value, whose value for each
+    size its help lists."""
+    sizes = [getattr(get_preset(MODELS[0], size).recipe, name) for size in SIZES]
+    presets = ", ".join(f"{size} {'all' if value is None else value}" for size, value in zip(SIZES, sizes))
+    help = f"recipe override (default: the preset's: {presets})"
+    return flag(None, families=MODELS, values=values, choices=CHOICES.get(name), help=help)
 
 
 @dataclass(kw_only=True)
 class RunSpec:
     """What a training run asks for: one field per ``hf-tlaser train`` flag (dashes as underscores), in the parser's
     order, each with the families that take it (``flag``); ``to_dict()`` is the ``args`` of the run's record.
-    ``check_families`` refuses a flag that ``--model`` does not take; ``recipe`` checks the numbers; the families
-    check the rest (output dir, corpora, model config) before reading any data."""
+    ``check_families`` refuses a flag that ``--model`` does not take; ``resolve`` (``training/resolve.py``)
+    decides every default and checks the numbers; the families check the rest (output dir, corpora, model config)
+    before reading any data."""
 
-    config: str | None = flag(None, families=MODELS)
+    config: str | None = flag(
+        None, families=MODELS, help="YAML/JSON file whose keys are these options, dashed or not (flags win)"
+    )
     """The ``--config`` file the values came from (recorded, not read again)."""
-    model: str = flag("ctlaser", families=MODELS)
-    preset: str = flag("tiny", families=MODELS)
-    corpora: str | list[str] = flag(",".join(DEFAULT_TRAIN_CORPORA), families=MODELS)
-    pivots: str = flag(",".join(DEFAULT_PIVOTS), families=JOINT_BPE)
+    model: str = flag("ctlaser", families=MODELS, choices=MODELS)
+    preset: str = flag("tiny", families=MODELS, choices=SIZES)
+    corpora: str | list[str] = flag(
+        ",".join(DEFAULT_TRAIN_CORPORA),
+        families=MODELS,
+        help=f"comma-separated corpus specs (or a YAML list), each one of: {SPEC_HELP}; registered: "
+        f"{','.join(REGISTRY)} (docs/data.md)",
+    )
+    pivots: str = flag(
+        ",".join(DEFAULT_PIVOTS),
+        families=JOINT_BPE,
+        help="pivot (target) languages of the default curriculum; language codes are ISO 639-1/3, with an optional "
+        "script: zh_Hans",
+    )
     """The default curriculum's targets (cnv trains its one ``--pairs`` pair)."""
-    pairs: str | None = flag(None, families=MODELS)
-    streaming: bool = flag(False, families=JOINT_BPE)
-    shuffle_buffer: int = flag(10_000, families=JOINT_BPE)
-    data_dir: str | None = flag(None, families=MODELS)
-    tokenizer: str | None = flag(None, families=JOINT_BPE)
+    pairs: str | None = flag(
+        None,
+        families=MODELS,
+        help="curriculum pairs src-tgt, comma-separated (default: every language of the corpora toward every pivot, "
+        "the pivots toward each other; the default corpora and pivots give the paper's "
+        + ",".join("-".join(pair) for pair in DEFAULT_PAIRS)
+        + ")",
+    )
+    streaming: bool = flag(
+        False,
+        families=JOINT_BPE,
+        help="read the corpora as streams (datasets.IterableDataset): flat memory for corpora of any size, pair "
+        "batching only, no English pivot join (docs/data.md)",
+    )
+    shuffle_buffer: int = flag(
+        10_000,
+        families=JOINT_BPE,
+        help="--streaming: groups per pair read, cleaned, sorted and packed at once (the shuffle buffer)",
+    )
+    data_dir: str | None = flag(
+        None, families=MODELS, help="corpora folder (default: $HF_TLASER_DATA or ../shared/data)"
+    )
+    tokenizer: str | None = flag(
+        None, families=JOINT_BPE, help="existing tokenizer folder (default: train a joint BPE)"
+    )
     """An existing tokenizer instead of the joint BPE (cnv: each NMT model brings its own)."""
-    output_dir: str = flag(families=MODELS)
-    overwrite: bool = flag(False, families=MODELS)
-    max_steps: int = flag(1000, families=MODELS)
-    max_minutes: float | None = flag(None, families=MODELS)
+    output_dir: str = flag(families=MODELS, help="run folder; must be empty unless --resume or --overwrite")
+    overwrite: bool = flag(False, families=MODELS, help="replace the run in --output-dir (other files are kept)")
+    max_steps: int = flag(1000, families=MODELS, help="optimizer updates the run trains for")
+    max_minutes: float | None = flag(None, families=MODELS, help="safety stop (and save) after this wall-clock time")
     seed: int = flag(1, families=MODELS)
-    precision: str = flag("auto", families=MODELS)
-    use_cpu: bool = flag(False, families=MODELS)
+    precision: str = flag("auto", families=MODELS, choices=PRECISIONS, help="auto: what is fast on this hardware")
+    use_cpu: bool = flag(False, families=MODELS, help="train on CPU even if a GPU is present (gloo for DDP)")
     logging_steps: int = flag(10, families=MODELS)
     save_steps: int = flag(200, families=MODELS)
-    save_total_limit: int = flag(2, families=MODELS)
-    resume: str | None = flag(None, families=MODELS)
-    set: list[str] = flag(default_factory=list, families=MODELS)
+    save_total_limit: int = flag(2, families=MODELS, help="checkpoints kept (older ones are deleted)")
+    resume: str | None = flag(
+        None, families=MODELS, help="checkpoint folder, or 'auto' for the last one in --output-dir"
+    )
+    set: list[str] = flag(
+        default_factory=list,
+        families=MODELS,
+        metavar="KEY=VALUE",
+        help="model config override (cnv: nmt.KEY=VALUE for the Marian config of its NMT pair)",
+    )
     """Model config overrides ``KEY=VALUE`` (``config_overrides``: its keys are checked against each family's
     config)."""
-    nmt_steps: int | None = flag(None, families=("cnv",))
-    nmt_pair: str | None = flag(None, families=("cnv",))
-    teacher: str | None = flag(None, families=JOINT_BPE)
+    nmt_steps: int | None = flag(
+        None,
+        families=("cnv",),
+        help="updates of each NMT direction in stage 1 (default: the preset's: "
+        + ", ".join(f"{size} {get_preset('cnv', size).nmt.steps}" for size in SIZES)
+        + ")",
+    )
+    nmt_pair: str | None = flag(
+        None,
+        families=("cnv",),
+        metavar="A_TO_B,B_TO_A",
+        help="two existing Hugging Face seq2seq folders or Hub ids (a->b, b->a) instead of training them",
+    )
+    teacher: str | None = flag(
+        None,
+        families=JOINT_BPE,
+        help="distil towards a teacher's sentence vectors (MSE of both sides of each pair to the teacher's vector "
+        f"of the pivot text): {TEACHER_SPEC_HELP}",
+    )
     """``--teacher SPEC``: distil towards a teacher's sentence vectors (``hf_tlaser.training.distill``); cnv's vectors
     are r x d matrices per language pair, with no single sentence vector to regress onto a teacher's."""
-    distill_weight: float = flag(1.0, families=JOINT_BPE)
-    teacher_cache: str | None = flag(None, families=JOINT_BPE)
+    distill_weight: float = flag(
+        1.0, families=JOINT_BPE, help="--teacher: weight of the distillation MSE, added to the family's own losses"
+    )
+    teacher_cache: str | None = flag(
+        None,
+        families=JOINT_BPE,
+        help="--teacher: teacher-vector cache folder, or 'none' (default: $HF_TLASER_TEACHER_CACHE or ~/.cache)",
+    )
     """Teacher-vector cache root (None: ``$HF_TLASER_TEACHER_CACHE`` or ``~/.cache``; ``none``: no cache)."""
-    init_from: str | None = flag(None, families=BACKBONE_MEMBERS)
+    init_from: str | None = flag(
+        None,
+        families=BACKBONE_MEMBERS,
+        metavar="SPEC",
+        help=f"start the encoder from a pretrained model (with its tokenizer, no joint BPE): {INIT_HINT}",
+    )
     """``--init-from SPEC``: the encoder starts from a pretrained Hugging Face encoder (``hf_tlaser.training.warm``);
     the members whose encoder is a transformer."""
-    pooling: str | None = flag(None, families=BACKBONE_MEMBERS)
-    """``cls``, ``mean`` or ``backbone`` (the ``--init-from`` model's own); None: ``backbone`` with ``--init-from``,
-    else the preset's. Yu 2018's pooling (mean, max, self_attention) is ``--set pooling=...``."""
-    decoder_vocab: str | None = flag(None, families=DECODER_VOCAB_MEMBERS)
-    """``full`` or ``targets`` (the pieces of the training targets); None: ``targets`` with ``--init-from``."""
-    freeze_encoder_steps: int | None = flag(None, families=BACKBONE_MEMBERS)
-    """Updates without a gradient into the encoder (None: ``WARM_FREEZE_UPDATES`` with ``--init-from``, else 0); the
-    members whose encoder reads ``frozen``."""
-    encoder_lr: float | None = flag(None, families=JOINT_BPE)
-    """Peak learning rate of the encoder's weights (None: ``WARM_ENCODER_LR`` with ``--init-from``, else the
-    recipe's ``learning_rate``)."""
+    pooling: str | None = flag(
+        None,
+        families=BACKBONE_MEMBERS,
+        choices=POOLING_CHOICES,
+        help="the sentence vector: cls (position 0, the paper), mean, or backbone (the --init-from model's own; "
+        "the default with --init-from, else the preset's)",
+    )
+    """None: ``backbone`` with ``--init-from``, else the preset's (``resolve``). Yu 2018's pooling (mean, max,
+    self_attention) is ``--set pooling=...``."""
+    decoder_vocab: str | None = flag(
+        None,
+        families=DECODER_VOCAB_MEMBERS,
+        choices=DECODER_VOCABS,
+        help="the decoder's vocabulary, full or the pieces of the training targets (default: targets "
+        "with --init-from, else full)",
+    )
+    freeze_encoder_steps: int | None = flag(
+        None,
+        families=BACKBONE_MEMBERS,
+        help="updates during which the encoder gets no gradient, so that a decoder at random init trains first "
+        f"(default: {WARM_FREEZE_UPDATES} with --init-from, measured in docs/results.md; else 0)",
+    )
+    """The members whose encoder reads ``frozen``."""
+    encoder_lr: float | None = flag(
+        None,
+        families=JOINT_BPE,
+        help=f"peak learning rate of the encoder's weights (default: {WARM_ENCODER_LR} with --init-from, else "
+        "--learning-rate's)",
+    )
     # recipe overrides (RECIPE_FLAGS): None keeps the preset's value; numbers are cast to the recipe's type
-    vocab_size: float | None = flag(None, families=MODELS)
-    max_tokens: float | None = flag(None, families=MODELS)
-    update_tokens: float | None = flag(None, families=MODELS)
-    learning_rate: float | None = flag(None, families=MODELS)
-    warmup_updates: float | None = flag(None, families=MODELS)
-    warmup_init_lr: float | None = flag(None, families=MODELS)
-    lr_schedule: str | None = flag(None, families=MODELS)
-    lr_step_epochs: float | None = flag(None, families=MODELS)
-    weight_decay: float | None = flag(None, families=MODELS)
-    max_grad_norm: float | None = flag(None, families=MODELS)
-    max_sentence_tokens: float | None = flag(None, families=MODELS)
-    batching: str | None = flag(None, families=MODELS, values={"multiway": MULTIWAY_FAMILIES})
-    batch_composition: str | None = flag(None, families=MODELS)
-    max_lines: int | None = flag(None, families=MODELS)
-    max_sentences: int | None = flag(None, families=MODELS)
+    vocab_size: float | None = recipe_flag("vocab_size")
+    max_tokens: float | None = recipe_flag("max_tokens")
+    update_tokens: float | None = recipe_flag("update_tokens")
+    learning_rate: float | None = recipe_flag("learning_rate")
+    warmup_updates: float | None = recipe_flag("warmup_updates")
+    warmup_init_lr: float | None = recipe_flag("warmup_init_lr")
+    lr_schedule: str | None = recipe_flag("lr_schedule")
+    lr_step_epochs: float | None = recipe_flag("lr_step_epochs")
+    weight_decay: float | None = recipe_flag("weight_decay")
+    max_grad_norm: float | None = recipe_flag("max_grad_norm")
+    max_sentence_tokens: float | None = recipe_flag("max_sentence_tokens")
+    batching: str | None = recipe_flag("batching", values={"multiway": MULTIWAY_FAMILIES})
+    batch_composition: str | None = recipe_flag("batch_composition")
+    max_lines: int | None = recipe_flag("max_lines")
+    max_sentences: int | None = recipe_flag("max_sentences")
 
     @classmethod
     def defaults(cls) -> dict:
@@ -173,65 +288,6 @@ class RunSpec:
                     raise UsageError(
                         f"{what} is an option of --model {', '.join(families)}, not of --model {self.model}"
                     )
-
-    @property
-    def warm(self) -> bool:
-        """The encoder starts from ``--init-from`` (given, and the family takes it)."""
-        return self.init_from is not None and self.model in families_of("init_from")
-
-    def recipe(self, preset: Preset) -> Recipe:
-        """The preset's recipe (with ``--init-from``, ``WARM_RECIPE`` over it) with this run's overrides; UsageError
-        (naming the flag) on a value out of range, here or in the run's step counts."""
-        overrides = dict(WARM_RECIPE) if self.warm else {}
-        for name in RECIPE_FLAGS:
-            value, default = getattr(self, name), getattr(preset.recipe, name)
-            if value is not None:
-                overrides[name] = value if default is None else type(default)(value)
-        recipe = replace(preset.recipe, **overrides)
-        positive = (
-            "learning_rate",
-            "max_tokens",
-            "update_tokens",
-            "vocab_size",
-            "max_sentence_tokens",
-            "max_lines",
-            "max_sentences",
-            "lr_step_epochs",
-        )
-        for name, choices in CHOICES.items():
-            if getattr(recipe, name) not in choices:
-                raise UsageError(f"--{name.replace('_', '-')} {getattr(recipe, name)}: expected one of {choices}")
-        if recipe.lr_schedule == "step" and self.streaming:
-            raise UsageError(
-                "--lr-schedule step counts epochs, which --streaming has not: pass --lr-schedule inverse_sqrt"
-            )
-        for name in positive:
-            value = getattr(recipe, name)
-            if value is not None and value <= 0:
-                raise UsageError(f"--{name.replace('_', '-')} {value}: must be > 0")
-        for name in ("warmup_updates", "warmup_init_lr", "weight_decay", "max_grad_norm"):
-            if getattr(recipe, name) < 0:
-                raise UsageError(f"--{name.replace('_', '-')} {getattr(recipe, name)}: must be >= 0")
-        for flag, value in (("--max-steps", self.max_steps), ("--logging-steps", self.logging_steps)):
-            if value < 1:
-                raise UsageError(f"{flag} {value}: must be at least 1")
-        if self.save_steps < 1:
-            raise UsageError(f"--save-steps {self.save_steps}: must be at least 1")
-        if self.max_minutes is not None and self.max_minutes <= 0:
-            raise UsageError(f"--max-minutes {self.max_minutes}: must be > 0")
-        if self.freeze_encoder_steps is not None and self.freeze_encoder_steps < 0:
-            raise UsageError(f"--freeze-encoder-steps {self.freeze_encoder_steps}: must be >= 0")
-        if self.encoder_lr is not None and self.encoder_lr < 0:
-            raise UsageError(f"--encoder-lr {self.encoder_lr}: must be >= 0")
-        return recipe
-
-    @property
-    def encoder_schedule(self) -> tuple[int, float | None]:
-        """(updates with a frozen encoder, the encoder's peak learning rate or None for the recipe's): the flags, else
-        the warm-start defaults with ``--init-from``."""
-        freeze = self.freeze_encoder_steps if self.freeze_encoder_steps is not None else WARM_FREEZE_UPDATES * self.warm
-        lr = self.encoder_lr if self.encoder_lr is not None else (WARM_ENCODER_LR if self.warm else None)
-        return freeze, lr
 
 
 def families_of(name: str) -> tuple[str, ...]:

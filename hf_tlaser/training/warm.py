@@ -22,6 +22,7 @@ import json
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 
 import torch
@@ -48,12 +49,13 @@ from hf_tlaser.models.common.pooling import (
 )
 from hf_tlaser.models.registry import FAMILIES
 from hf_tlaser.tokenization import MODEL_INPUT_NAMES
+from hf_tlaser.training.resolve import Built, Plugin, Resolved
+from hf_tlaser.training.spec import INIT_HINT
 
 logger = logging.getLogger("hf_tlaser.train")
 
-INIT_HINT = "a Hugging Face encoder folder or Hub id (XLM-R, BERT, e5, LaBSE, ...) or a sentence-transformers folder"
-DECODER_VOCABS = ("full", "targets")
-POOLING_CHOICES = ("cls", "mean", "backbone")
+UNK_SAMPLE = 2000
+"""Texts per language whose ``<unk>`` share is measured."""
 UNK_WARNING = 0.05
 """Share of ``<unk>`` pieces in a language's text above which the backbone's tokenizer is said to miss it."""
 ST_POOLING = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean"}
@@ -359,3 +361,39 @@ def unk_rates(tokenizer: PreTrainedTokenizerFast, texts_by_language: dict[str, l
                 lang,
             )
     return rates
+
+
+class WarmStart(Plugin):
+    """``--init-from``: the backbone checked before any data is read; its config values, its tokenizer (a fresh
+    run's), its weights copied into the built model (a fresh run's), the ``<unk>`` share of each language, and the
+    saved weights' dtype."""
+
+    def __init__(self, backbone: Backbone, resolved: Resolved) -> None:
+        self.backbone, self.spec = backbone, resolved.spec
+
+    @classmethod
+    def check(cls, resolved: Resolved) -> WarmStart | None:
+        spec = resolved.spec
+        return cls(check_backbone(spec.init_from, spec.model, spec.tokenizer), resolved) if resolved.warm else None
+
+    def configure(self, resolved: Resolved, overrides: dict) -> dict:
+        logger.info("--init-from: %s", self.backbone.describe())
+        return backbone_overrides(self.backbone, resolved.pooling, overrides)
+
+    def tokenizer(self) -> tuple[PreTrainedTokenizerBase, str]:
+        return self.backbone.tokenizer, f"--init-from {self.spec.init_from}"
+
+    def attach(self, built: Built):
+        if not built.resumed:
+            self.backbone.load_into(built.model.encoder)
+        if not self.spec.streaming:
+            texts = built.dataset.dataset
+            samples = {lang: list(islice(filter(None, texts[lang]), UNK_SAMPLE)) for lang in built.plan.languages}
+            unk_rates(built.tokenizer, samples)
+        return built.collator
+
+    def fit_options(self) -> dict:
+        return {"save_dtype": self.backbone.stored_dtype}
+
+    def model_name(self, name: str) -> str:
+        return f"{self.spec.model} on {self.backbone.name}"

@@ -327,7 +327,9 @@ class TLaserForTranslation(TranslationMixin, TLaserPreTrainedModel):
 
     _tied_weights_keys = {"lm_head.weight": "decoder.embed_tokens.weight"}
 
-    def __init__(self, config: TLaserConfig):
+    def __init__(self, config: TLaserConfig, decoder_vocab_ids: torch.LongTensor | None = None):
+        """``decoder_vocab_ids``: the tokenizer ids of a restricted decoder vocabulary's rows (sorted; a training
+        run's, ``config.decoder_vocab_size`` of them); a saved model loads them."""
         super().__init__(config)
         self.encoder = TLaserModel(config)
         self.decoder = TLaserDecoder(config)
@@ -335,8 +337,10 @@ class TLaserForTranslation(TranslationMixin, TLaserPreTrainedModel):
         if not config.tie_decoder_to_encoder:
             self.lm_head = nn.Linear(config.hidden_size, config.decoder_vocab, bias=False)
             self.lm_head.embedding_init = True  # fairseq: output projection N(0, d^-0.5), like an embedding
-        if config.decoder_vocab_size is not None:  # decoder row -> tokenizer id (set by the training run)
-            self.register_buffer("decoder_vocab_ids", torch.arange(config.decoder_vocab_size))
+        if config.decoder_vocab_size is not None:  # decoder row -> tokenizer id
+            if decoder_vocab_ids is None:
+                decoder_vocab_ids = torch.arange(config.decoder_vocab_size)
+            self.register_buffer("decoder_vocab_ids", decoder_vocab_ids)
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:

@@ -10,7 +10,7 @@ import torch
 from hf_tlaser.data.paths import get_data_dir
 from hf_tlaser.data.readers import iter_lines
 from hf_tlaser.tokenization import save_tokenizer, train_tokenizer
-from tests.tiny_models import make_st_model, save_tiny_tlaser, save_tiny_xlmr
+from tests.tiny_models import make_st_model, save_tiny_tlaser, save_tiny_xlmr, save_warm_ctlaser
 
 torch.set_num_threads(2)
 
@@ -76,3 +76,10 @@ def st_folder(tmp_path_factory, tokenizer):
 def tlaser_folder(tmp_path_factory, tokenizer, tiny_tlaser_kwargs):
     """A tiny random T-LASER folder for de and en with ``tokenizer``; read-only."""
     return save_tiny_tlaser(tmp_path_factory.mktemp("tlaser") / "model", tokenizer, tiny_tlaser_kwargs)
+
+
+@pytest.fixture(scope="session")
+def warm_dir(tmp_path_factory, backbone_dir):
+    """A cT-LASER warm-started from ``backbone_dir`` as a sentence-transformers model with e5's prompts, before any
+    update (``save_warm_ctlaser``); read-only."""
+    return save_warm_ctlaser(tmp_path_factory.mktemp("warm"), backbone_dir)

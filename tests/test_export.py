@@ -23,10 +23,6 @@ from transformers import AutoModel
 
 from hf_tlaser.errors import UsageError
 from hf_tlaser.inference import export
-from hf_tlaser.training.joint import model_config
-from hf_tlaser.training.presets import get_preset
-from hf_tlaser.training.warm import backbone_overrides, check_backbone
-from tests.tiny_models import st_modules
 
 TEXTS = [
     "The weather is lovely today.",
@@ -36,7 +32,6 @@ TEXTS = [
 ]
 FP32_TOL = 1e-5
 INT8_COSINE = 0.99
-SMALL = {"languages": ["en", "es"], "decoder_attention_heads": 2, "decoder_ffn_dim": 64, "dropout": 0.0}
 
 
 def needs(*names: str) -> None:
@@ -52,31 +47,10 @@ def needs(*names: str) -> None:
             pytest.skip(f"{name} does not import: {error}")
 
 
-@pytest.fixture(scope="module")
-def warm_source(tmp_path_factory, backbone_dir) -> Path:
-    """A cT-LASER warm-started (no update) from a tiny random XLM-R saved as a sentence-transformers model with
-    e5's prompts: mean pooling, ``query: `` built into the tokenizer; read-only."""
-    from sentence_transformers import SentenceTransformer
-
-    modules = st_modules()
-    root = tmp_path_factory.mktemp("export")
-    layers = [modules.Transformer(str(backbone_dir)), modules.Pooling(32, pooling_mode="mean")]
-    SentenceTransformer(modules=layers, prompts={"query": "query: ", "passage": "passage: "}).save(str(root / "st"))
-    backbone = check_backbone(str(root / "st"), "ctlaser", None)
-    preset = get_preset("ctlaser", "tiny")
-    member = preset.model_class(
-        model_config(preset, backbone.tokenizer, "st", backbone_overrides(backbone, "backbone", dict(SMALL)))
-    )
-    backbone.load_into(member.encoder)
-    member.save_pretrained(root / "warm")
-    backbone.tokenizer.save_pretrained(root / "warm")
-    return root / "warm"
-
-
 @pytest.fixture(params=["warm", "scratch"])
 def folder(request, tmp_path) -> Path:
     """A writable copy of the warm-started cT-LASER or of the from-scratch T-LASER (``tlaser_folder``)."""
-    source = request.getfixturevalue("warm_source" if request.param == "warm" else "tlaser_folder")
+    source = request.getfixturevalue("warm_dir" if request.param == "warm" else "tlaser_folder")
     return Path(shutil.copytree(source, tmp_path / "model"))
 
 
@@ -131,14 +105,14 @@ def test_openvino_fp32_and_int8_match_torch(folder):
     assert cosines(int8, reference).min() > INT8_COSINE
 
 
-def test_the_folder_loads_as_before_after_an_export(warm_source, tmp_path):
+def test_the_folder_loads_as_before_after_an_export(warm_dir, tmp_path):
     needs("onnx", "onnxruntime")
-    folder = Path(shutil.copytree(warm_source, tmp_path / "model"))
+    folder = Path(shutil.copytree(warm_dir, tmp_path / "model"))
     assert run_cli([str(folder), "--backend", "onnx"]) == 0
-    assert np.array_equal(torch_vectors(folder), torch_vectors(warm_source))
+    assert np.array_equal(torch_vectors(folder), torch_vectors(warm_dir))
     batch = {"input_ids": torch.tensor([[0, 5, 6, 2]])}
     with torch.no_grad():
-        before = AutoModel.from_pretrained(warm_source, trust_remote_code=True)(**batch).pooler_output
+        before = AutoModel.from_pretrained(warm_dir, trust_remote_code=True)(**batch).pooler_output
         after = AutoModel.from_pretrained(folder, trust_remote_code=True)(**batch).pooler_output
     assert torch.equal(before, after)
 

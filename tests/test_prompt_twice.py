@@ -6,43 +6,15 @@ input; the model card says that the prompt is built in."""
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
-import pytest
 import torch
 from transformers import AutoModel, PreTrainedTokenizerFast
 
 import hf_tlaser
 from hf_tlaser.hub.model_card import render_model_card
-from hf_tlaser.training.joint import model_config
-from hf_tlaser.training.presets import get_preset
-from hf_tlaser.training.warm import backbone_overrides, check_backbone
 from tests.test_warm_start import TEXTS
-from tests.tiny_models import st_modules
 
-SMALL = {"languages": ["en", "es"], "decoder_attention_heads": 2, "decoder_ffn_dim": 64, "dropout": 0.0}
 WARNING = "which this model's tokenizer already adds"
-
-
-@pytest.fixture(scope="module")
-def warm_dir(tmp_path_factory, backbone_dir) -> Path:
-    """A cT-LASER warm-started (before any update) from a tiny random XLM-R saved as a sentence-transformers model
-    with e5's prompts, saved with its tokenizer."""
-    from sentence_transformers import SentenceTransformer
-
-    modules = st_modules()
-    root = tmp_path_factory.mktemp("prompt")
-    layers = [modules.Transformer(str(backbone_dir)), modules.Pooling(32, pooling_mode="mean")]
-    SentenceTransformer(modules=layers, prompts={"query": "query: ", "passage": "passage: "}).save(str(root / "st"))
-    backbone = check_backbone(str(root / "st"), "ctlaser", None)
-    preset = get_preset("ctlaser", "tiny")
-    member = preset.model_class(
-        model_config(preset, backbone.tokenizer, "st", backbone_overrides(backbone, "backbone", dict(SMALL)))
-    )
-    backbone.load_into(member.encoder)
-    member.save_pretrained(root / "warm")
-    backbone.tokenizer.save_pretrained(root / "warm")
-    return root / "warm"
 
 
 def warnings_of(caplog) -> list[str]:

@@ -86,3 +86,28 @@ def save_tiny_tlaser(folder: Path, tokenizer, kwargs: dict) -> Path:
     TLaserForTranslation(TLaserConfig(**kwargs, training_languages=["de", "en"])).save_pretrained(folder)
     save_tokenizer(tokenizer, folder)
     return folder
+
+
+def save_warm_ctlaser(root: Path, backbone_dir: Path) -> Path:
+    """A cT-LASER warm-started (before any update) from ``backbone_dir`` saved as a sentence-transformers model with
+    e5's prompts (mean pooling, ``query: `` built into the saved tokenizer), as ``hf-tlaser train --init-from``
+    builds it; returns ``root / "warm"``."""
+    from sentence_transformers import SentenceTransformer
+
+    from hf_tlaser.training.joint import model_config
+    from hf_tlaser.training.presets import get_preset
+    from hf_tlaser.training.warm import backbone_overrides, check_backbone
+
+    modules = st_modules()
+    layers = [modules.Transformer(str(backbone_dir)), modules.Pooling(32, pooling_mode="mean")]
+    SentenceTransformer(modules=layers, prompts=PROMPTS).save(str(root / "st"))
+    backbone = check_backbone(str(root / "st"), "ctlaser", None)
+    preset = get_preset("ctlaser", "tiny")
+    small = {"languages": ["en", "es"], "decoder_attention_heads": 2, "decoder_ffn_dim": 64, "dropout": 0.0}
+    member = preset.model_class(
+        model_config(preset, backbone.tokenizer, "st", backbone_overrides(backbone, "backbone", small))
+    )
+    backbone.load_into(member.encoder)
+    member.save_pretrained(root / "warm")
+    backbone.tokenizer.save_pretrained(root / "warm")
+    return root / "warm"

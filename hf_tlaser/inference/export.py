@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import logging
 import platform
 import shutil
@@ -43,7 +42,12 @@ import torch
 
 from hf_tlaser.commands import print_summary, run_command
 from hf_tlaser.errors import UsageError
-from hf_tlaser.models.common.pooling import has_sentence_transformers_files, read_model_config
+from hf_tlaser.models.common.pooling import (
+    has_sentence_transformers_files,
+    pool_hidden,
+    pooling_mode,
+    read_model_config,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -276,21 +280,14 @@ def run_openvino(path: Path, batch: dict[str, torch.Tensor], precision: str = "f
     return compiled({key: value.numpy() for key, value in batch.items()})[compiled.output(0)]
 
 
-def pooled(states: np.ndarray, mask: np.ndarray, mode: str) -> np.ndarray:
-    """Sentence vectors as the folder's Pooling module computes them (cls or mean)."""
-    if mode == "cls":
-        return states[:, 0]
-    weights = mask[..., None].astype(states.dtype)
-    return (states * weights).sum(1) / np.clip(weights.sum(1), 1, None)
-
-
 def agreement(reference: np.ndarray, states: np.ndarray, mask: np.ndarray, mode: str) -> tuple[float, float]:
-    """(max |difference| of the final states at the tokens, min cosine of the pooled vectors) to the reference."""
+    """(max |difference| of the final states at the tokens, min cosine of the vectors pooled as the folder pools them)
+    to the reference."""
     keep = mask.astype(bool)
     diff = float(np.abs(reference[keep] - states[keep]).max())
-    a, b = pooled(reference, mask, mode), pooled(states, mask, mode)
-    cosine = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1) + 1e-12)
-    return diff, float(cosine.min())
+    weights = torch.from_numpy(mask)
+    a, b = (pool_hidden(torch.from_numpy(x).float(), weights, mode) for x in (reference, states))
+    return diff, float(torch.nn.functional.cosine_similarity(a, b).min())
 
 
 def planned_files(backend: str, quantize: str | None, cpu: str) -> list[str]:
@@ -329,9 +326,8 @@ def export_model(
     if backend == "openvino" and quantize:
         require(EXTRAS["openvino-int8"], "openvino")
     model, tokenizer = load_for_export(folder)
-    mode = json.loads((folder / "1_Pooling" / "config.json").read_text(encoding="utf-8"))
-    mode = "cls" if mode.get("pooling_mode_cls_token") else "mean" if mode.get("pooling_mode_mean_tokens") else None
-    if mode is None:
+    mode = pooling_mode(read_model_config(folder))
+    if mode not in ("cls", "mean"):
         raise UsageError(f"{folder}: the exporter checks cls or mean pooling only")
     check = sample_batch(tokenizer, CHECK_TEXTS)
     with torch.no_grad():

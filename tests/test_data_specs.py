@@ -253,7 +253,8 @@ def test_ten_ntrex_languages_train_and_evaluate(tmp_path, monkeypatch, capsys):
     assert abs(sum(row["token_share"] for row in report.values()) - 1) < 0.01
     assert report["zh"]["byte_fallback_share"] == 0 and report["ru"]["unk_share"] == 0  # every script covered
 
-    monkeypatch.setattr(hf_tlaser, "encode", lambda model, tokenizer, texts, **kwargs: toy_embed(texts))
+    embedded = functools.cache(lambda texts: toy_embed(list(texts)))  # the model and its random init: same texts
+    monkeypatch.setattr(hf_tlaser, "encode", lambda model, tokenizer, texts, **kwargs: embedded(tuple(texts)).copy())
     monkeypatch.setattr(eval_cli, "lexical_reference", functools.partial(lexical_reference, svd_dim=16))
     argv = [str(out), "--suite", "retrieval", "--retrieval-sets", "ntrex128", "--precision", "fp32"]
     assert eval_cli.main(argv) == 0

@@ -3,12 +3,13 @@
 Backends: ``faiss`` (exact ``IndexFlatIP``, used when ``faiss-cpu`` is importable) and ``torch`` (batched exact
 matmul + ``topk``). ``backend="auto"`` picks faiss when available, else torch; both return the same neighbours.
 Sparse embeddings (scipy CSR, e.g. TF-IDF vectors) are searched with batched sparse products whatever the backend.
+``NeighbourLists`` computes the kNN lists of a multi-way set once per ordered pair (one sparse product per pair).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Literal
@@ -136,6 +137,28 @@ def _sparse_knn(
     return _top_k((torch.from_numpy((block @ db_t).toarray()) for block in _blocks(queries, batch_size)), k)
 
 
+def _index_order(m: sparse.csr_matrix) -> tuple[bool, bool]:
+    """Whether the column indices of every row strictly increase, and whether they strictly decrease."""
+    steps = np.diff(m.indices.astype(np.int64))
+    cuts = m.indptr[1:-1]
+    within = np.ones(len(steps), dtype=bool)
+    within[cuts[(cuts > 0) & (cuts < m.nnz)] - 1] = False  # a step from one row's last entry to the next row's first
+    steps = steps[within]
+    return bool((steps > 0).all()), bool((steps < 0).all())
+
+
+def _one_product(a: sparse.csr_matrix, b: sparse.csr_matrix, batch_size: int) -> bool:
+    """Whether ``(b @ a.T).toarray()`` equals ``(a @ b.T).toarray().T`` bit for bit, and both fit one batch.
+
+    scipy's CSR product sums the terms of entry (i, j) in the storage order of row i of the left factor; when the rows
+    of both sides are sorted the same way, both products add the same terms in the same order.
+    """
+    if max(a.shape[0], b.shape[0]) > batch_size:
+        return False
+    (a_up, a_down), (b_up, b_down) = _index_order(a), _index_order(b)
+    return (a_up and b_up) or (a_down and b_down)
+
+
 @dataclass
 class Candidates:
     """k candidates per query (``ids``) with their margin scores (``scores``), both ``(n_queries, k)``."""
@@ -189,3 +212,41 @@ def margin_scores(
         return Candidates(ids, np.where(found, values, -np.inf).astype(np.float32))
 
     return scored(fwd_sim, fwd_ids, fwd_mean, bwd_mean), scored(bwd_sim, bwd_ids, bwd_mean, fwd_mean)
+
+
+class NeighbourLists:
+    """Exact kNN lists between the named embedding matrices of a multi-way set, each ordered pair computed once.
+
+    ``mats`` (name -> ``as_matrix`` output) are L2-normalised once. ``lists(x, y)`` is ``knn(x, y, min(k, rows of
+    y), backend)`` of the normalised matrices, bit for bit; two sparse matrices share one product for both directions
+    (``_one_product``), a sparse set of n languages takes n (n - 1) / 2 products.
+    """
+
+    def __init__(
+        self,
+        mats: Mapping[Hashable, np.ndarray | sparse.csr_matrix],
+        k: int = 4,
+        backend: Backend = "auto",
+        batch_size: int = 4096,
+    ) -> None:
+        self.mats = {name: l2_normalize(m) for name, m in mats.items()}
+        self.k, self.backend, self.batch_size = k, backend, batch_size
+        self._lists: dict[tuple[Hashable, Hashable], tuple[np.ndarray, np.ndarray]] = {}
+
+    def __call__(self, x: Hashable, y: Hashable) -> tuple[np.ndarray, np.ndarray]:
+        """``(sims, ids)`` of the rows of ``x`` among the rows of ``y``, best first."""
+        if (x, y) not in self._lists:
+            a, b = self.mats[x], self.mats[y]
+            k_ab, k_ba = min(self.k, b.shape[0]), min(self.k, a.shape[0])
+            if sparse.issparse(a) and sparse.issparse(b) and _one_product(a, b, self.batch_size):
+                scores = torch.from_numpy((a @ b.T.tocsc()).toarray())
+                self._lists[(x, y)] = _top_k([scores], k_ab)
+                self._lists[(y, x)] = _top_k([scores.T.contiguous()], k_ba)
+            else:
+                self._lists[(x, y)] = knn(a, b, k_ab, self.backend, self.batch_size)
+        return self._lists[(x, y)]
+
+    def candidates(self, x: Hashable, y: Hashable, margin: str = "ratio") -> tuple[Candidates, Candidates]:
+        """``margin_candidates`` of ``x`` against ``y``: forward (x -> y) and backward (y -> x) candidates."""
+        check_margin(margin)
+        return margin_scores(*self(x, y), *self(y, x), margin)

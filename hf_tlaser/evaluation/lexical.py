@@ -28,29 +28,43 @@ class TfidfCharEmbedder:
         self, fit_texts: Sequence[str], svd_dim: int | None = 512, seed: int = 0, sparse: bool = False
     ) -> None:
         from sklearn.decomposition import TruncatedSVD
-        from sklearn.feature_extraction.text import TfidfVectorizer
+        from sklearn.feature_extraction.text import CountVectorizer, TfidfTransformer
 
         self.sparse = sparse and svd_dim is None
-        fit = list(fit_texts)
-        if not fit:
+        self.fit_texts = list(fit_texts)
+        if not self.fit_texts:
             raise ValueError("TfidfCharEmbedder needs at least one text to fit on")
-        self.vectorizer = TfidfVectorizer(analyzer="char_wb", ngram_range=(3, 5), sublinear_tf=True, dtype=np.float32)
-        fitted = self.vectorizer.fit_transform(fit)
+        # TfidfVectorizer(analyzer="char_wb", ngram_range=(3, 5), sublinear_tf=True) in its two steps, keeping the
+        # counts of the fit texts: embedding those texts (the usual call) does not analyse them a second time
+        self.counter = CountVectorizer(analyzer="char_wb", ngram_range=(3, 5), dtype=np.float32)
+        self._fit_counts = self.counter.fit_transform(self.fit_texts)
+        self.tfidf = TfidfTransformer(sublinear_tf=True).fit(self._fit_counts)
         self.svd = None
         if svd_dim is not None:
+            fitted = self.tfidf.transform(self._fit_counts)  # a copy: the counts stay
             components = max(1, min(svd_dim, fitted.shape[1] - 1, fitted.shape[0] - 1))
             self.svd = TruncatedSVD(n_components=components, random_state=seed).fit(fitted)
 
     @property
     def dim(self) -> int:
-        return int(self.svd.n_components) if self.svd is not None else len(self.vectorizer.vocabulary_)
+        return int(self.svd.n_components) if self.svd is not None else len(self.counter.vocabulary_)
+
+    def _counts(self, texts: list[str]):
+        """n-gram counts of ``texts`` as ``CountVectorizer.transform`` gives them (sorted column indices); the fit
+        texts reuse the fit's counts (the same entries, in the order of first occurrence)."""
+        if texts != self.fit_texts:
+            return self.counter.transform(texts)
+        counts = self._fit_counts.copy()
+        counts.has_sorted_indices = False  # check again: the fit renumbered the columns after sorting them
+        counts.sort_indices()
+        return counts
 
     def __call__(self, texts: Sequence[str]):
         """float32 [n, dim] with unit rows (a CSR matrix when ``sparse``)."""
         from sklearn.preprocessing import normalize
 
         texts = list(texts)
-        features = self.vectorizer.transform(texts)  # unit rows: TfidfVectorizer's l2 norm
+        features = self.tfidf.transform(self._counts(texts), copy=False)  # unit rows: TfidfTransformer's l2 norm
         if self.sparse:
             return features
         if not texts:

@@ -8,10 +8,12 @@ kNN runs on faiss when importable, else torch (see :mod:`hf_tlaser.evaluation.kn
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import torch
 
-from .knn import Backend, as_matrix, check_pair, l2_normalize, margin_candidates
+from .knn import Backend, Candidates, NeighbourLists, as_matrix, check_pair, l2_normalize, margin_candidates
 
 Array = np.ndarray | torch.Tensor
 
@@ -62,6 +64,58 @@ def xsim_both(
     )
 
 
+class AlignedSearch:
+    """The kNN lists of every ordered language pair of a multi-way aligned set (row i of each language translates
+    row i of the others), each computed once and shared by every margin and the mining (:class:`NeighbourLists`).
+
+    ``targets`` (the same set embedded by another model, same width) are searched instead of ``embs``: the queries
+    come from ``embs``, the targets from ``targets`` (a cross-model search).
+    """
+
+    def __init__(
+        self,
+        embs: Mapping[str, Array],
+        k: int = 4,
+        backend: Backend = "auto",
+        targets: Mapping[str, Array] | None = None,
+        name: str = "xsim_matrix",
+    ) -> None:
+        self.langs = list(embs)
+        if len(self.langs) < 2:
+            raise ValueError(f"{name} needs at least 2 languages, got {self.langs}")
+        if targets is not None and list(targets) != self.langs:
+            raise ValueError(f"targets must have the languages of embs {self.langs}, got {list(targets)}")
+        mats = {("query", lang): as_matrix(emb, f"embs[{lang!r}]") for lang, emb in embs.items()}
+        if targets is not None:
+            mats |= {("target", lang): as_matrix(emb, f"targets[{lang!r}]") for lang, emb in targets.items()}
+        sizes = {f"{side} {lang}" if targets is not None else lang: m.shape[0] for (side, lang), m in mats.items()}
+        if len(set(sizes.values())) != 1:
+            raise ValueError(f"embs must be aligned (same number of rows), got {sizes}")
+        self.size = next(iter(sizes.values()))
+        self._target = "query" if targets is None else "target"
+        self.lists = NeighbourLists(mats, k, backend)
+
+    def candidates(self, a: str, b: str, margin: str = "ratio") -> tuple[Candidates, Candidates]:
+        """Margin-scored candidates of the ``a`` queries among the ``b`` targets, and of those targets among them."""
+        query, target = ("query", a), (self._target, b)
+        check_pair(self.lists.mats[query], self.lists.mats[target])
+        return self.lists.candidates(query, target, margin)
+
+    def xsim(self, a: str, b: str, margin: str = "ratio") -> float:
+        """xsim error (%) searching ``b`` for the ``a`` queries (as :func:`xsim`)."""
+        found = self.candidates(a, b, margin)[0].best()[0]
+        return 100.0 - float(100.0 * np.mean(found == np.arange(self.size)))
+
+    def matrix(self, margin: str = "ratio") -> np.ndarray:
+        """``matrix[i, j]``: xsim error (%) searching ``langs[j]`` for ``langs[i]`` queries; NaN diagonal."""
+        matrix = np.full((len(self.langs), len(self.langs)), np.nan)
+        for i, a in enumerate(self.langs):
+            for j, b in enumerate(self.langs):
+                if i != j:
+                    matrix[i, j] = self.xsim(a, b, margin)
+        return matrix
+
+
 def xsim_matrix(
     embs: dict[str, Array],
     margin: str = "ratio",
@@ -74,21 +128,7 @@ def xsim_matrix(
     Returns ``(langs, matrix)`` with ``matrix[i, j]`` = error (%) searching ``langs[j]`` for ``langs[i]``
     queries; the diagonal is NaN. ``targets`` (the same set embedded by another model, same width) are searched
     instead of ``embs``: row i holds the queries of ``embs``, column j the targets of ``targets`` (a cross-model
-    matrix: do two models share one space?).
+    matrix: do two models share one space?). :class:`AlignedSearch` scores several margins from one search.
     """
-    langs = list(embs)
-    if len(langs) < 2:
-        raise ValueError(f"xsim_matrix needs at least 2 languages, got {langs}")
-    if targets is not None and list(targets) != langs:
-        raise ValueError(f"targets must have the languages of embs {langs}, got {list(targets)}")
-    mats = {lang: as_matrix(emb, f"embs[{lang!r}]") for lang, emb in embs.items()}
-    found = mats if targets is None else {lang: as_matrix(emb, f"targets[{lang!r}]") for lang, emb in targets.items()}
-    sizes = {lang: m.shape[0] for lang, m in [*mats.items(), *found.items()]}
-    if len(set(sizes.values())) != 1:
-        raise ValueError(f"embs must be aligned (same number of rows), got {sizes}")
-    matrix = np.full((len(langs), len(langs)), np.nan)
-    for i, a in enumerate(langs):
-        for j, b in enumerate(langs):
-            if i != j:
-                matrix[i, j] = xsim(mats[a], found[b], margin=margin, k=k, backend=backend)
-    return langs, matrix
+    search = AlignedSearch(embs, k, backend, targets)
+    return search.langs, search.matrix(margin)

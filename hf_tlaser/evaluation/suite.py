@@ -26,7 +26,7 @@ from .classifier import ClassifierConfig, Split, TransferResult, zero_shot_trans
 from .knn import Backend
 from .lexical import NAME as LEXICAL_NAME
 from .lexical import tfidf_char_embed
-from .mining import mining_f1
+from .mining import candidates_f1
 from .plots import plot_embeddings, plot_heatmap, plot_result_rows, plot_training_curves, plot_transfer_matrix
 from .readers import (
     CLASSIFICATION_LANGS,
@@ -41,7 +41,7 @@ from .readers import (
     read_retrieval_spec,
 )
 from .report import about_table, markdown_table, pair_table, summary_table, write_report
-from .retrieval import xsim_matrix
+from .retrieval import AlignedSearch
 
 Embed = Callable[..., np.ndarray]
 """``embed(texts) -> (n, dim)``; with a true ``per_language`` attribute ``embed(texts, langs=[lang of each text])``."""
@@ -197,12 +197,11 @@ def score_retrieval(
     for set_name, by_lang in embs.items():
         other = None if targets is None else targets[set_name]
         result.sizes[set_name] = next(iter(by_lang.values())).shape[0]
-        result.matrices[set_name] = {
-            m: xsim_matrix(by_lang, margin=m, k=k, backend=backend, targets=other) for m in margins
-        }
+        search = AlignedSearch(by_lang, k, backend, other)  # every kNN list computed once, for all margins
+        result.matrices[set_name] = {m: (list(search.langs), search.matrix(m)) for m in margins}
         if other is None:
             result.mining[set_name] = {
-                f"{a}-{b}": mining_f1(by_lang[a], by_lang[b], k=k, backend=backend)
+                f"{a}-{b}": candidates_f1(*search.candidates(a, b, "ratio"))
                 for i, a in enumerate(by_lang)
                 for b in list(by_lang)[i + 1 :]
             }

@@ -154,6 +154,43 @@ def test_sparse_embeddings_match_dense():
     assert matrix[0, 1] == xsim(src, tgt, "ratio")
 
 
+def test_neighbour_lists_and_scores_equal_the_per_pair_search():
+    """``score_retrieval`` computes each kNN list once (one sparse product per pair): bit for bit the lists, xsim and
+    mining F1 of searching every pair on its own, for TF-IDF rows (sorted), rows in no order and dense rows."""
+    from hf_tlaser.evaluation.knn import NeighbourLists, _one_product, l2_normalize
+    from hf_tlaser.evaluation.lexical import tfidf_char_embed
+    from hf_tlaser.evaluation.mining import mining_f1
+    from hf_tlaser.evaluation.suite import score_retrieval
+
+    words = ["house", "haus", "maison", "casa", "dom", "talo", "ev", "fang"]
+    rng = np.random.default_rng(0)
+    texts = {lang: [" ".join(rng.choice(words, 5)) + f" {lang}{i}" for i in range(30)] for lang in ("a", "b", "c")}
+    emb = tfidf_char_embed([t for lines in texts.values() for t in lines], sparse=True)
+    sets = {lang: emb[30 * i : 30 * (i + 1)] for i, lang in enumerate(texts)}
+    shuffled = sets["c"].copy()  # the same vectors, each row's entries in a random order
+    for start, stop in zip(shuffled.indptr[:-1], shuffled.indptr[1:]):
+        order = start + rng.permutation(stop - start)
+        shuffled.indices[start:stop], shuffled.data[start:stop] = shuffled.indices[order], shuffled.data[order]
+    shuffled.has_sorted_indices = False
+    cases = {"tfidf": sets, "no order": {**sets, "c": shuffled}, "dense": {k: v.toarray() for k, v in sets.items()}}
+    assert _one_product(l2_normalize(sets["a"]), l2_normalize(sets["b"]), 4096)
+    assert not _one_product(l2_normalize(sets["a"]), l2_normalize(shuffled), 4096)
+    for name, by_lang in cases.items():
+        lists = NeighbourLists(by_lang, k=4, backend="torch")
+        result = score_retrieval({"set": by_lang}, backend="torch")
+        for i, a in enumerate(by_lang):
+            for j, b in enumerate(by_lang):
+                if a != b:
+                    sims, ids = knn(l2_normalize(by_lang[a]), l2_normalize(by_lang[b]), 4, backend="torch")
+                    assert np.array_equal(lists(a, b)[0], sims) and np.array_equal(lists(a, b)[1], ids), (name, a, b)
+                    for margin in ("absolute", "ratio"):
+                        expected = xsim(by_lang[a], by_lang[b], margin, backend="torch")
+                        assert result.matrices["set"][margin][1][i, j] == expected, (name, a, b, margin)
+                    if i < j:
+                        expected = mining_f1(by_lang[a], by_lang[b], backend="torch")
+                        assert result.mining["set"][f"{a}-{b}"] == expected, (name, a, b)
+
+
 def test_ratio_margin_without_any_shared_feature_is_not_nan():
     """Sparse lexical vectors of two scripts share nothing: every cosine and every k-NN mean is 0. The ratio margin
     must score such rows 0 (a miss), not 0/0 = NaN, which argmax would take as the best candidate."""

@@ -18,8 +18,10 @@ which no pretrained transformer's weights fit; only its embedding table could be
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import islice
@@ -96,6 +98,8 @@ class Backbone:
     pooling: str | None
     prompt: str | None
     carried: CarriedModules = field(default_factory=CarriedModules)
+    layers: tuple[int, ...] | None = None
+    """The pretrained layers the member keeps (``--init-layers``; None: all); ``config`` has their number."""
 
     @property
     def stored_dtype(self) -> torch.dtype | None:
@@ -118,23 +122,77 @@ class Backbone:
         pooling = f"its pooling {self.pooling}" if self.pooling else "no pooling of its own"
         if self.carried.entries:
             pooling += f", then {describe_modules(self.carried.entries)}"
+        depth = f"{self.config.num_hidden_layers} layers"
+        if self.layers is not None:
+            depth += f" of its {self.source_layers}: {','.join(map(str, self.layers))}"
         return (
-            f"{self.config.model_type} {self.identity} ({self.config.hidden_size} wide, "
-            f"{self.config.num_hidden_layers} layers, {len(self.tokenizer)} pieces, {pooling}, {prompt})"
+            f"{self.config.model_type} {self.identity} ({self.config.hidden_size} wide, {depth}, "
+            f"{len(self.tokenizer)} pieces, {pooling}, {prompt})"
         )
+
+    @property
+    def source_layers(self) -> int:
+        """The pretrained model's depth."""
+        return int(AutoConfig.from_pretrained(self.folder).num_hidden_layers)
 
     def load_into(self, encoder: torch.nn.Module) -> None:
         """Copy the pretrained weights into ``encoder.backbone`` (and the carried modules' into
         ``encoder.sentence_head``); RuntimeError if a weight of it is missing."""
+        config = self.config if self.layers is None else AutoConfig.from_pretrained(self.folder)
         try:
-            pretrained = AutoModel.from_pretrained(self.folder, config=self.config, add_pooling_layer=False)
+            pretrained = AutoModel.from_pretrained(self.folder, config=config, add_pooling_layer=False)
         except TypeError:  # an encoder class without a pooler option
-            pretrained = AutoModel.from_pretrained(self.folder, config=self.config)
-        missing, _ = encoder.backbone.load_state_dict(pretrained.state_dict(), strict=False)
+            pretrained = AutoModel.from_pretrained(self.folder, config=config)
+        state = pretrained.state_dict()
+        if self.layers is not None:
+            state = keep_layers(state, self.layers)
+        missing, _ = encoder.backbone.load_state_dict(state, strict=False)
         if missing:
             raise RuntimeError(f"--init-from {self.spec}: no pretrained weights for {missing[:5]}")
         if self.carried.entries:
             encoder.sentence_head.load_state_dict(self.carried.weights)
+
+
+LAYER_KEY = re.compile(r"(^|\.)(layers?)\.(\d+)\.")
+"""A weight of one encoder layer: ``encoder.layer.7.attention...`` (BERT, XLM-R), ``layers.7.`` (others)."""
+
+
+def student_layers(value: str, depth: int, where: str = "--init-layers") -> tuple[int, ...]:
+    """``--init-layers`` of a ``depth``-layer model: ``N`` -> N layers spread evenly from the first
+    (``round(i * depth / N)``: 0,2,4,6,8,10 of 12), ``I,J,...`` -> those; UsageError for anything else."""
+    text = value.strip()
+    try:
+        if "," not in text:
+            count = int(text)
+            if not 1 <= count <= depth:
+                raise ValueError(f"{count} layers of a {depth}-layer model")
+            return tuple(round(i * depth / count) for i in range(count))
+        layers = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError as err:
+        raise UsageError(f"{where} {value!r}: give N or ascending 0-based layer numbers ({err})") from None
+    if list(layers) != sorted(set(layers)) or layers[0] < 0 or layers[-1] >= depth:
+        raise UsageError(f"{where} {value!r}: give ascending, distinct layer numbers from 0 to {depth - 1}")
+    return layers
+
+
+def keep_layers(state: dict[str, torch.Tensor], layers: tuple[int, ...]) -> dict[str, torch.Tensor]:
+    """The pretrained weights with only ``layers``, renumbered 0, 1, ... in that order (the other weights as they
+    are); RuntimeError where no weight names a layer."""
+    position = {layer: i for i, layer in enumerate(layers)}
+    kept, found = {}, False
+    for key, value in state.items():
+        match = LAYER_KEY.search(key)
+        if match is None:
+            kept[key] = value
+            continue
+        found = True
+        layer = int(match.group(3))
+        if layer in position:
+            start, end = match.span(3)
+            kept[key[:start] + str(position[layer]) + key[end:]] = value
+    if not found:
+        raise RuntimeError("--init-layers: no weight of the pretrained model names a layer (layer.N. / layers.N.)")
+    return kept
 
 
 def _read_json(path: Path) -> dict | list | None:
@@ -257,7 +315,9 @@ def with_prompt(tokenizer: PreTrainedTokenizerFast, prompt: str | None) -> PreTr
     )
 
 
-def check_backbone(spec: str, model: str, tokenizer_flag: str | None, prompt_name: str | None = "auto") -> Backbone:
+def check_backbone(
+    spec: str, model: str, tokenizer_flag: str | None, prompt_name: str | None = "auto", layers: str | None = None
+) -> Backbone:
     """Load and check an ``--init-from`` SPEC for ``--model`` (config and tokenizer; the weights come later):
     UsageError (one line) for ``--tokenizer`` given too, a SPEC that cannot be loaded, a model that is not an encoder,
     or a tokenizer without a fast version. ``model`` takes a backbone (``RunSpec.check_families`` refused others)."""
@@ -299,7 +359,13 @@ def check_backbone(spec: str, model: str, tokenizer_flag: str | None, prompt_nam
         if getattr(tokenizer, name) is None:
             raise UsageError(f"{where}: its tokenizer has no {name}; the members need cls, eos and pad tokens")
     _, prompt = choose_prompt(prompts, default_prompt, prompt_name, EVAL_PROMPTS, where)
-    return Backbone(spec, transformer, identity, config, with_prompt(tokenizer, prompt), pooling, prompt, carried)
+    kept = None
+    if layers is not None:
+        kept = student_layers(layers, config.num_hidden_layers)
+        config = copy.deepcopy(config)
+        config.num_hidden_layers = len(kept)
+    tokenizer = with_prompt(tokenizer, prompt)
+    return Backbone(spec, transformer, identity, config, tokenizer, pooling, prompt, carried, kept)
 
 
 def backbone_overrides(backbone: Backbone, pooling: str, overrides: dict) -> dict:
@@ -374,7 +440,9 @@ class WarmStart(Plugin):
     @classmethod
     def check(cls, resolved: Resolved) -> WarmStart | None:
         spec = resolved.spec
-        return cls(check_backbone(spec.init_from, spec.model, spec.tokenizer), resolved) if resolved.warm else None
+        if not resolved.warm:
+            return None
+        return cls(check_backbone(spec.init_from, spec.model, spec.tokenizer, layers=spec.init_layers), resolved)
 
     def configure(self, resolved: Resolved, overrides: dict) -> dict:
         logger.info("--init-from: %s", self.backbone.describe())

@@ -64,13 +64,30 @@ def test_the_student_starts_from_the_layers_it_names(backbone_dir):
 
 @pytest.fixture(scope="module")
 def student_run(st_dir, tmp_path_factory) -> tuple[Path, Path]:
-    """The full warm-started member (2 layers, 2 updates), then a 1-layer student of the same start distilled from
-    it (2 updates)."""
+    """The full warm-started member (2 layers, 2 updates), then a 1-layer student started from its first layer and
+    distilled from it (2 updates)."""
     root = tmp_path_factory.mktemp("student")
-    assert main(train_args(root / "full", st_dir, "--max-steps", "2")) == 0
-    student = ["--max-steps", "2", "--init-layers", "1", "--teacher", str(root / "full"), "--teacher-cache", "none"]
-    assert main(train_args(root / "student", st_dir, *student)) == 0
-    return root / "full", root / "student"
+    full = root / "full"
+    assert main(train_args(full, st_dir, "--max-steps", "2")) == 0
+    student = ["--max-steps", "2", "--init-layers", "1", "--teacher", str(full), "--teacher-cache", "none"]
+    assert main(train_args(root / "student", full, *student)) == 0
+    return full, root / "student"
+
+
+def test_a_student_of_a_trained_member_starts_from_its_layers(student_run):
+    full, _ = student_run
+    backbone = check_backbone(str(full), "ctlaser", None, layers="1,")
+    saved = json.loads((full / "config.json").read_text())
+    assert backbone.member and backbone.layers == (1,) and backbone.depth == 2
+    assert (backbone.pooling, backbone.prompt) == (saved["pooling"], saved["prompt"]) == ("mean", "query: ")
+    assert backbone.tokenizer("x")["input_ids"] == AutoTokenizer.from_pretrained(full)("x")["input_ids"]  # one prompt
+    student = TLaserModel(TLaserConfig(**{**saved, "backbone": backbone.config.to_dict()}))
+    backbone.load_into(student)
+    trained = TLaserModel.from_pretrained(full).backbone.state_dict()
+    weights = student.backbone.state_dict()
+    for name in ("encoder.layer.0.output.dense.weight", "embeddings.word_embeddings.weight"):
+        source = name.replace("layer.0.", "layer.1.")
+        assert torch.equal(weights[name], trained[source].to(weights[name].dtype)), name
 
 
 def test_the_student_trains_with_the_teacher_and_loads_in_a_fresh_process(student_run, tmp_path):
@@ -80,6 +97,7 @@ def test_the_student_trains_with_the_teacher_and_loads_in_a_fresh_process(studen
     assert json.loads((full / "config.json").read_text())["backbone"]["num_hidden_layers"] == 2
     recorded = json.loads((student / "hf_tlaser_train.json").read_text())
     assert recorded["args"]["init_layers"] == "1" and recorded["args"]["teacher"] == str(full)
+    assert recorded["args"]["init_from"] == str(full) and config["prompt"] == "query: "
     losses = [json.loads(line) for line in (student / "train_log.jsonl").read_text().splitlines()]
     assert all(entry["loss_distill"] > 0 for entry in losses if "loss" in entry), losses
     expected = TLaserModel.from_pretrained(student).eval()

@@ -2,7 +2,7 @@
 
 from transformers import AutoConfig, AutoModel
 
-from hf_tlaser.encoding import encode
+from hf_tlaser.encoding import encode, load_model
 from hf_tlaser.losses import distance_constraint_loss
 from hf_tlaser.models.cnv import CNVConfig, CNVModel
 from hf_tlaser.models.laser import LaserConfig, LaserForTranslation, LaserModel
@@ -36,6 +36,7 @@ __all__ = [
     "Yu2018ForTranslation",
     "distance_constraint_loss",
     "encode",
+    "load_model",
     "train_tokenizer",
     "save_tokenizer",
 ]

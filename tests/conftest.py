@@ -10,7 +10,7 @@ import torch
 from hf_tlaser.data.paths import get_data_dir
 from hf_tlaser.data.readers import iter_lines
 from hf_tlaser.tokenization import save_tokenizer, train_tokenizer
-from tests.tiny_models import make_st_model, save_tiny_tlaser, save_tiny_xlmr, save_warm_ctlaser
+from tests.tiny_models import PROMPTS, make_st_model, save_tiny_tlaser, save_tiny_xlmr, save_warm_ctlaser, st_modules
 
 torch.set_num_threads(2)
 
@@ -83,3 +83,15 @@ def warm_dir(tmp_path_factory, backbone_dir):
     """A cT-LASER warm-started from ``backbone_dir`` as a sentence-transformers model with e5's prompts, before any
     update (``save_warm_ctlaser``); read-only."""
     return save_warm_ctlaser(tmp_path_factory.mktemp("warm"), backbone_dir)
+
+
+@pytest.fixture(scope="session")
+def st_dir(tmp_path_factory, backbone_dir):
+    """``backbone_dir`` as a sentence-transformers model: mean pooling, e5's prompts; read-only."""
+    from sentence_transformers import SentenceTransformer
+
+    modules = st_modules()
+    folder = tmp_path_factory.mktemp("st_backbone")
+    layers = [modules.Transformer(str(backbone_dir)), modules.Pooling(32, pooling_mode="mean")]
+    SentenceTransformer(modules=layers, prompts=PROMPTS).save(str(folder))
+    return folder

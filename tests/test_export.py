@@ -21,8 +21,9 @@ import pytest
 import torch
 from transformers import AutoModel
 
+import hf_tlaser
+from hf_tlaser import backends
 from hf_tlaser.errors import UsageError
-from hf_tlaser.inference import export
 
 TEXTS = [
     "The weather is lovely today.",
@@ -61,17 +62,24 @@ def torch_vectors(folder: Path) -> np.ndarray:
 
 
 def pooled_vectors(folder: Path, run) -> np.ndarray:
-    """The folder's sentence-transformers pipeline with the Transformer module's states from ``run(features)``."""
+    """The folder's sentence-transformers pipeline with the Transformer module's states from
+    ``run(input_ids, attention_mask)`` (numpy in and out)."""
     from sentence_transformers import SentenceTransformer
 
     model = SentenceTransformer(str(folder), trust_remote_code=True, device="cpu")
     features = model.tokenize(TEXTS)
-    batch = {"input_ids": features["input_ids"], "attention_mask": features["attention_mask"]}
-    features["token_embeddings"] = torch.from_numpy(run(batch))
+    features["token_embeddings"] = torch.from_numpy(
+        run(features["input_ids"].numpy(), features["attention_mask"].numpy())
+    )
     with torch.no_grad():
         for module in list(model)[1:]:
             features = module(features)
     return features["sentence_embedding"].numpy()
+
+
+def backend_vectors(folder: Path, backend: str) -> np.ndarray:
+    """``hf_tlaser.encode`` on ``backend``'s files, fp32 where the backend has a choice."""
+    return hf_tlaser.encode(folder, None, TEXTS, backend=backend, precision="fp32")
 
 
 def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -89,20 +97,24 @@ def test_onnx_fp32_and_int8_match_torch(folder):
     reference = torch_vectors(folder)
     assert run_cli([str(folder), "--backend", "onnx", "--quantize", "int8", "--cpu", "avx2"]) == 0
     assert {p.name for p in (folder / "onnx").iterdir()} == {"model.onnx", "model_quint8_avx2.onnx"}
-    fp32 = pooled_vectors(folder, lambda batch: export.run_onnx(folder / export.ONNX_FILE, batch))
+    fp32 = pooled_vectors(folder, backends.onnx_runner(folder / backends.ONNX_FILE))
     assert np.abs(fp32 - reference).max() < FP32_TOL
-    int8 = pooled_vectors(folder, lambda batch: export.run_onnx(folder / "onnx/model_quint8_avx2.onnx", batch))
+    assert np.abs(backend_vectors(folder, "onnx") - reference).max() < FP32_TOL
+    int8 = pooled_vectors(folder, backends.onnx_runner(folder / "onnx/model_quint8_avx2.onnx"))
     assert cosines(int8, reference).min() > INT8_COSINE
+    assert np.abs(backend_vectors(folder, "onnx-int8") - int8).max() < FP32_TOL
 
 
 def test_openvino_fp32_and_int8_match_torch(folder):
     needs("onnx", "onnxruntime", "openvino", "nncf")
     reference = torch_vectors(folder)
     assert run_cli([str(folder), "--backend", "openvino", "--quantize", "int8"]) == 0
-    fp32 = pooled_vectors(folder, lambda batch: export.run_openvino(folder / export.OPENVINO_FILE, batch))
+    fp32 = pooled_vectors(folder, backends.openvino_runner(folder / backends.OPENVINO_FILE))
     assert np.abs(fp32 - reference).max() < FP32_TOL
-    int8 = pooled_vectors(folder, lambda batch: export.run_openvino(folder / export.OPENVINO_INT8_FILE, batch))
+    assert np.abs(backend_vectors(folder, "openvino") - reference).max() < FP32_TOL
+    int8 = pooled_vectors(folder, backends.openvino_runner(folder / backends.OPENVINO_INT8_FILE))
     assert cosines(int8, reference).min() > INT8_COSINE
+    assert np.abs(backend_vectors(folder, "openvino-int8") - int8).max() < FP32_TOL
 
 
 def test_the_folder_loads_as_before_after_an_export(warm_dir, tmp_path):
@@ -174,6 +186,6 @@ def test_an_existing_output_is_refused_without_overwrite(tlaser_folder, tmp_path
 
 def test_an_int8_file_for_instructions_this_cpu_lacks_is_refused():
     with pytest.raises(UsageError, match="quantised for avx512_vnni, which this CPU lacks"):
-        export.check_quantized_file_cpu("onnx/model_qint8_avx512_vnni.onnx", flags={"avx2", "avx512f"})
-    export.check_quantized_file_cpu("onnx/model_quint8_avx2.onnx", flags={"avx2"})
-    export.check_quantized_file_cpu("onnx/model.onnx", flags=set())
+        backends.check_quantized_file_cpu("onnx/model_qint8_avx512_vnni.onnx", flags={"avx2", "avx512f"})
+    backends.check_quantized_file_cpu("onnx/model_quint8_avx2.onnx", flags={"avx2"})
+    backends.check_quantized_file_cpu("onnx/model.onnx", flags=set())

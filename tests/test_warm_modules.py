@@ -17,6 +17,7 @@ from transformers import AutoModel, PreTrainedTokenizerFast
 import hf_tlaser
 from hf_tlaser.hub import add_sentence_transformers_files
 from hf_tlaser.hub.model_card import render_model_card
+from hf_tlaser.inference.export import export_model
 from hf_tlaser.models.ldt import LDTConfig
 from hf_tlaser.models.tlaser import TLaserForTranslation
 from hf_tlaser.training.cli import main
@@ -126,6 +127,14 @@ def test_before_training_the_warm_model_gives_the_starts_vectors_in_every_route(
     for route, vectors in routes.items():
         assert cosines(vectors, expected).min() >= 0.9999, route
         np.testing.assert_allclose(vectors, expected, atol=1e-5, err_msg=route)
+
+
+def test_the_exported_encoder_applies_the_carried_modules(start_dir, warm_dir, tmp_path):
+    pytest.importorskip("onnxruntime")
+    folder = Path(shutil.copytree(warm_dir, tmp_path / "model"))
+    export_model(folder, "onnx")
+    vectors = hf_tlaser.encode(folder, None, TEXTS, backend="onnx")
+    np.testing.assert_allclose(vectors, start_vectors(start_dir), atol=1e-5)
 
 
 def test_the_saved_layout_lists_the_carried_modules_once(start_dir, warm_dir):

@@ -28,24 +28,6 @@ DECODER = dict(decoder_attention_heads=2, decoder_ffn_dim=64, dropout=0.0)
 TEXTS = ["Das ist ein Test.", "This is a test.", "Hello world, again!", "Kuka on tuo mies?"]
 
 
-@pytest.fixture(scope="module")
-def st_dir(tmp_path_factory, backbone_dir) -> Path:
-    """The backbone as a sentence-transformers model: mean pooling, e5's prompts."""
-    from sentence_transformers import SentenceTransformer
-
-    try:  # sentence-transformers >= 6
-        from sentence_transformers.sentence_transformer import modules as st_models
-    except ImportError:
-        from sentence_transformers import models as st_models
-
-    folder = tmp_path_factory.mktemp("st")
-    transformer = st_models.Transformer(str(backbone_dir))
-    pooling = st_models.Pooling(32, pooling_mode="mean")
-    model = SentenceTransformer(modules=[transformer, pooling], prompts={"query": "query: ", "passage": "passage: "})
-    model.save(str(folder))
-    return folder
-
-
 def warm_config(backbone, **kwargs) -> TLaserConfig:
     tok = backbone.tokenizer
     ids = dict(pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, cls_token_id=tok.cls_token_id)

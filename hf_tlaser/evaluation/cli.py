@@ -17,6 +17,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import torch
+from transformers import AutoTokenizer
+
+from hf_tlaser.backends import BACKENDS, load_backend
 from hf_tlaser.commands import run_command
 from hf_tlaser.data.languages import parse_languages
 from hf_tlaser.encoding import model_languages
@@ -101,6 +105,7 @@ def evaluate_model(
     reference_specs: Sequence[str] = (),
     reference_prompt: str | None = AUTO,
     cache_dir: str | os.PathLike | None = None,
+    backend: str = "torch",
 ) -> dict:
     """Encode with the model of ``model_dir`` and run ``suites``; returns the results dict (also on disk).
 
@@ -119,8 +124,12 @@ def evaluate_model(
 
     ``reference_specs`` add rows of other models (:func:`reference_rows`, loaded before any data is read, through
     the teacher cache ``cache_dir``), with ``reference_prompt``, and a cross-model row for each of the model's width.
+
+    ``backend`` runs the model's exported files (``hf_tlaser.backends``: onnx, onnx-int8, openvino, openvino-int8;
+    auto: ``choose_backend``) instead of torch, to measure what a backend costs; the random-init row stays in torch.
     """
     config = check_model_folder(model_dir)
+    exported = None if random_init else load_backend(model_dir, backend, precision)
     model_langs = model_languages(config)
     if languages is not None:
         langs = list(languages)
@@ -137,6 +146,9 @@ def evaluate_model(
     )
 
     def embedder(untrained: bool) -> EncoderEmbed:
+        if exported is not None and not untrained:
+            tokenizer = AutoTokenizer.from_pretrained(model_dir)
+            return EncoderEmbed(exported, tokenizer, torch.device("cpu"), None, max_tokens)
         model, tokenizer = load_encoder(model_dir, untrained)
         return EncoderEmbed(model, tokenizer, device, choice.autocast_dtype, max_tokens)
 
@@ -146,6 +158,7 @@ def evaluate_model(
         weights=RANDOM_INIT if random_init else "trained",
         precision=choice.to_dict(),
         device=str(device),
+        backend=exported.describe() if exported is not None else "torch",
         classifier="LASER's MLDoc MLP" if classifier == "mlp" else "linear SVM (LinearSVC, C=1)",
     )
     if model_langs is not None:
@@ -252,6 +265,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="evaluate only the same architecture untrained, into MODEL_DIR/eval_random_init",
     )
     parser.add_argument(
+        "--backend",
+        choices=("auto", *BACKENDS),
+        default="torch",
+        help="run the model on the files hf-tlaser export wrote into its folder (ONNX Runtime, OpenVINO) instead of "
+        "torch, to measure what the backend costs; auto: the folder's measured choice (default: %(default)s)",
+    )
+    parser.add_argument(
         "--no-references", action="store_true", help="leave out the random-init and tfidf-char reference rows"
     )
     parser.add_argument(
@@ -308,6 +328,7 @@ def main(argv: list[str] | None = None) -> int:
             reference_specs=args.reference,
             reference_prompt=args.reference_prompt,
             cache_dir=args.cache_dir,
+            backend=args.backend,
         )
         print(summarize(results))
         return 0

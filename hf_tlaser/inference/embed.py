@@ -39,6 +39,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from hf_tlaser.backends import BACKENDS
 from hf_tlaser.commands import print_summary, run_command
 from hf_tlaser.data.batching import pack_chunk
 from hf_tlaser.data.lengths import token_counts
@@ -222,6 +223,14 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         help="forward precision; auto: bf16 where the device runs it natively, else fp32 (default: %(default)s)",
     )
+    parser.add_argument(
+        "--backend",
+        choices=("auto", *BACKENDS),
+        default="auto",
+        help="what runs an hf_tlaser model: torch, or the files hf-tlaser export wrote into its folder; auto (with "
+        "--precision auto): the fastest backend measured on this CPU class without quality loss (the folder's "
+        "backends.json), else torch (default: %(default)s)",
+    )
     parser.add_argument("--batch-size", type=int, default=128, help="rows per batch at most (default: %(default)s)")
     parser.add_argument(
         "--max-tokens", type=int, default=8192, help="padded tokens per batch at most (default: %(default)s)"
@@ -298,8 +307,15 @@ def run(args: argparse.Namespace) -> dict | None:
     state = distributed_state()
     device = state.device
     precision = resolve_precision(args.precision, device).precision
+    backend = "torch" if args.backend == "auto" and args.precision != "auto" else args.backend
     teacher = load_teacher(
-        args.model, prompt_name=args.prompt, prefer=EVAL_PROMPTS, device=device, precision=precision, argument="--model"
+        args.model,
+        prompt_name=args.prompt,
+        prefer=EVAL_PROMPTS,
+        device=device,
+        precision=precision,
+        argument="--model",
+        backend=backend,
     )
     embedder = Embedder(teacher, args.documents, args.max_tokens, args.batch_size)
     settings = dict(
@@ -317,6 +333,7 @@ def run(args: argparse.Namespace) -> dict | None:
         chunk_size=args.chunk_size,
         prompt=teacher.prompt,
         precision=precision,
+        backend=getattr(teacher, "backend", "torch"),
         documents=args.documents,
     )
     state.wait_for_everyone()  # every process has checked the output before the first creates PATH.partial

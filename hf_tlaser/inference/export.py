@@ -27,9 +27,7 @@ imports with a newer transformers. docs/export.md has the measurements.
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
-import platform
 import shutil
 import sys
 import tempfile
@@ -40,6 +38,19 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from hf_tlaser.backends import (
+    EXPORTED,
+    EXTRAS,
+    ONNX_CPU_TARGETS,
+    ONNX_FILE,
+    OPENVINO_FILE,
+    OPENVINO_INT8_FILE,
+    onnx_int8_file,
+    onnx_runner,
+    openvino_runner,
+    require,
+    this_cpu_target,
+)
 from hf_tlaser.commands import print_summary, run_command
 from hf_tlaser.errors import UsageError
 from hf_tlaser.models.common.pooling import (
@@ -53,26 +64,6 @@ logger = logging.getLogger(__name__)
 
 BACKENDS = ("onnx", "openvino")
 QUANTIZE = ("int8",)
-SUPPORTED = ("tlaser", "ldt")
-"""model_types whose encoder exports: T-LASER / cT-LASER (own layers or a pretrained backbone) and LDT. LASER's and
-Yu 2018's recurrent encoders (packed sequences) do not."""
-EXTRAS = {
-    "onnx": ("onnx", "onnxruntime"),
-    "openvino": ("onnx", "onnxruntime", "openvino"),
-    "openvino-int8": ("nncf",),
-}
-"""The modules each backend needs, all in ``pip install hf_tlaser[onnx]`` / ``hf_tlaser[openvino]``."""
-ONNX_FILE = "onnx/model.onnx"
-OPENVINO_FILE = "openvino/openvino_model.xml"
-OPENVINO_INT8_FILE = "openvino/openvino_model_qint8_quantized.xml"
-ONNX_CPU_TARGETS = {
-    # sentence-transformers / optimum's names; avx2 keeps activations and weights unsigned (no u8*s8 saturation)
-    "avx512_vnni": ("qint8", "avx512_vnni"),
-    "avx512": ("qint8", "avx512f"),
-    "avx2": ("quint8", "avx2"),
-    "arm64": ("qint8", None),
-}
-"""``--cpu`` target -> (weight type in the file name, /proc/cpuinfo flag the target needs; None: an ARM CPU)."""
 OPSET = 17
 FP32_TOLERANCE = 1e-4
 """Largest absolute difference of an fp32 file's final states to torch's before the export fails (measured ~1e-6)."""
@@ -97,72 +88,15 @@ class ExportedFile:
     min_cosine: float
 
 
-def require(modules: Sequence[str], extra: str) -> None:
-    """UsageError naming the extra to install where one of ``modules`` cannot be imported."""
-    for name in modules:
-        try:
-            importlib.import_module(name)
-        except ImportError as error:
-            raise UsageError(
-                f"the {extra} backend needs the {name!r} package ({error}); install it with: "
-                f"pip install 'hf_tlaser[{extra}]'"
-            ) from None
-
-
-def cpu_flags() -> set[str]:
-    """This CPU's feature flags (Linux ``/proc/cpuinfo``; empty where it cannot be read)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return set()
-    for line in text.splitlines():
-        if line.startswith(("flags", "Features")):
-            return set(line.split(":", 1)[1].split())
-    return set()
-
-
-def this_cpu_target() -> str:
-    """The ``--cpu`` target for this CPU: the widest int8 instruction set it has."""
-    if platform.machine().lower() in {"arm64", "aarch64"}:
-        return "arm64"
-    flags = cpu_flags()
-    for target in ("avx512_vnni", "avx512", "avx2"):
-        if ONNX_CPU_TARGETS[target][1] in flags:
-            return target
-    raise UsageError("this CPU has no AVX2: int8 ONNX files need AVX2 or newer; pass --cpu for another machine")
-
-
-def onnx_int8_file(target: str) -> str:
-    """The quantised file's path in the folder, named as sentence-transformers names it."""
-    weights, _ = ONNX_CPU_TARGETS[target]
-    return f"onnx/model_{weights}_{target}.onnx"
-
-
-def check_quantized_file_cpu(path: str | Path, flags: set[str] | None = None) -> None:
-    """UsageError where an int8 ONNX file (named ``model_<weights>_<target>.onnx``) is used on a CPU without the
-    instructions its target names; nothing for another file."""
-    name = Path(path).stem
-    for target, (weights, flag) in ONNX_CPU_TARGETS.items():
-        if name != f"model_{weights}_{target}":
-            continue
-        flags = cpu_flags() if flags is None else flags
-        arm = platform.machine().lower() in {"arm64", "aarch64"}
-        if (flag is None and not arm) or (flag is not None and flag not in flags):
-            raise UsageError(
-                f"{path} was quantised for {target}, which this CPU lacks; use onnx/model.onnx or export one for "
-                f"this CPU (hf-tlaser export FOLDER --backend onnx --quantize int8 --cpu {this_cpu_target()})"
-            )
-
-
 def check_folder(folder: Path) -> None:
     """UsageError for a folder the exporter cannot take: no model config, an architecture it does not export, or no
     sentence-transformers layout (read as JSON: no model code runs)."""
     if not (folder / "config.json").is_file():
         raise UsageError(f"{folder} has no config.json; pass a folder that hf-tlaser train or save_pretrained wrote")
     model_type = read_model_config(folder).get("model_type")
-    if model_type not in SUPPORTED:
+    if model_type not in EXPORTED:
         raise UsageError(
-            f"{folder}: model_type {model_type!r} cannot be exported (the exporter takes {', '.join(SUPPORTED)}); "
+            f"{folder}: model_type {model_type!r} cannot be exported (the exporter takes {', '.join(EXPORTED)}); "
             "use it with the torch backend"
         )
     if not has_sentence_transformers_files(folder):
@@ -260,26 +194,6 @@ def compress_openvino(xml_path: Path, target_path: Path) -> None:
     ov.save_model(compressed, str(target_path), compress_to_fp16=False)
 
 
-def run_onnx(path: Path, batch: dict[str, torch.Tensor]) -> np.ndarray:
-    """The ONNX file's final states for ``batch``, one thread."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    return session.run(["last_hidden_state"], {key: value.numpy() for key, value in batch.items()})[0]
-
-
-def run_openvino(path: Path, batch: dict[str, torch.Tensor], precision: str = "f32") -> np.ndarray:
-    """The OpenVINO model's final states for ``batch`` at inference ``precision`` ("f32"; "" for the CPU plugin's
-    default, bf16 on a CPU with native bf16)."""
-    import openvino as ov
-
-    config = {"INFERENCE_PRECISION_HINT": precision} if precision else {}
-    compiled = ov.Core().compile_model(str(path), "CPU", config)
-    return compiled({key: value.numpy() for key, value in batch.items()})[compiled.output(0)]
-
-
 def agreement(reference: np.ndarray, states: np.ndarray, mask: np.ndarray, mode: str) -> tuple[float, float]:
     """(max |difference| of the final states at the tokens, min cosine of the vectors pooled as the folder pools them)
     to the reference."""
@@ -338,8 +252,9 @@ def export_model(
     with tempfile.TemporaryDirectory(prefix="hf-tlaser-export-") as tmp:
         staged = stage_files(folder, Path(tmp), model, tokenizer, backend, quantize, cpu, overwrite)
         for source, name, quantised in staged:
-            run = run_onnx if source.suffix == ".onnx" else run_openvino
-            diff, cosine = agreement(reference, run(source, check), mask, mode)
+            run = onnx_runner(source) if source.suffix == ".onnx" else openvino_runner(source, "fp32")
+            states = run(check["input_ids"].numpy(), check["attention_mask"].numpy())
+            diff, cosine = agreement(reference, states, mask, mode)
             if quantised and cosine < INT8_MIN_COSINE:
                 raise RuntimeError(f"{name}: min cosine {cosine:.4f} to torch on the check sentences")
             if not quantised and diff > FP32_TOLERANCE:
@@ -360,6 +275,8 @@ def stage_files(
     """Write the export's files under ``tmp``: (file, its path in the folder, quantised). An int8 export reuses the
     folder's fp32 file of the backend where there is one (and ``overwrite`` is off), else writes it too."""
     fp32_name = ONNX_FILE if backend == "onnx" else OPENVINO_FILE
+    for name in (ONNX_FILE, OPENVINO_FILE):
+        (tmp / name).parent.mkdir(parents=True, exist_ok=True)
     reuse = quantize is not None and not overwrite and (folder / fp32_name).is_file()
     onnx_fp32 = folder / ONNX_FILE if reuse and backend == "onnx" else tmp / ONNX_FILE
     if onnx_fp32.parent == tmp / "onnx":

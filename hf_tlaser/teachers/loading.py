@@ -31,7 +31,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from transformers import AutoTokenizer
 
+from hf_tlaser.backends import ExportedEncoder, choose_backend, load_backend
 from hf_tlaser.errors import UsageError
 from hf_tlaser.hardware import default_device, resolve_precision
 from hf_tlaser.model_folders import (
@@ -169,6 +171,11 @@ class HfTlaserTeacher(Teacher):
     def __init__(self, embed, **fields) -> None:
         super().__init__(**fields)
         self.embed = embed
+        self.backend = embed.model.describe() if isinstance(embed.model, ExportedEncoder) else "torch"
+
+    def describe(self) -> str:
+        """As ``Teacher.describe``, with the backend that runs it."""
+        return f"{super().describe()} on {self.backend}"
 
     def _encode(self, texts: list[str], batch_size: int, show_progress: bool) -> np.ndarray:
         return self.embed(texts)
@@ -374,7 +381,7 @@ def _load_sentence_transformer(
 
 
 def _load_hf_tlaser(
-    spec: str, folder: Path, identity: str, argument: str, device, precision: str, batch_size
+    spec: str, folder: Path, identity: str, argument: str, device, precision: str, batch_size, backend: str = "torch"
 ) -> HfTlaserTeacher:
     from hf_tlaser.encoding import model_languages, trained_languages
 
@@ -385,11 +392,16 @@ def _load_hf_tlaser(
             f"{where} is a {config['model_type']} model, which embeds each language through its own encoder and "
             "needs the language of every text: it cannot be a teacher; give a multilingual model"
         )
+    exported = load_backend(folder, choose_backend(folder) if backend == "auto" else backend, precision)
     try:
-        model, tokenizer = load_encoder(folder)
+        if exported is None:
+            model, tokenizer = load_encoder(folder)
+        else:
+            model, tokenizer = exported, AutoTokenizer.from_pretrained(folder)
     except Exception as err:  # noqa: BLE001 - any loading failure is the user's folder
         raise UsageError(f"{where}: cannot load the model ({first_line(err)})") from None
-    embed = EncoderEmbed(model, tokenizer, device, resolve_precision(precision, device).autocast_dtype)
+    autocast = None if exported is not None else resolve_precision(precision, device).autocast_dtype
+    embed = EncoderEmbed(model, tokenizer, torch.device("cpu") if exported is not None else device, autocast)
     return HfTlaserTeacher(
         embed,
         spec=spec,
@@ -458,6 +470,7 @@ def load_teacher(
     revision: str | None = None,
     texts: Sequence[str] | None = None,
     argument: str = "--teacher",
+    backend: str = "torch",
 ) -> Teacher:
     """Load a teacher SPEC (module docstring) into a :class:`Teacher`.
 
@@ -466,7 +479,9 @@ def load_teacher(
     prepends nothing; a name must be one of the model's prompts. ``device`` defaults to CUDA, else MPS, else CPU;
     ``precision`` (auto/fp32/bf16/fp16) is the autocast of the forward pass (not part of the fingerprint: vectors of
     one model in another precision are the same vectors to within rounding). ``revision`` (or ``ID@REVISION``) pins
-    a Hub model. ``texts`` checks a ``vectors:`` file against the corpus (row count and texts hash).
+    a Hub model. ``texts`` checks a ``vectors:`` file against the corpus (row count and texts hash). ``backend``
+    runs an hf_tlaser folder's exported files (``hf_tlaser.backends``; "auto": ``choose_backend``); a
+    sentence-transformers model runs in torch.
 
     ``UsageError`` naming ``argument`` when the SPEC cannot be loaded: a missing folder or file, a folder that is no
     model, an unknown prompt, a cNV model (one encoder per language), a ``vectors:`` file whose files disagree or
@@ -485,7 +500,9 @@ def load_teacher(
     device = torch.device(device) if device is not None else default_device()
     config = _read_config(folder / "config.json", where)
     if config is not None and config.get("model_type") in MODEL_TYPES:
-        teacher = _load_hf_tlaser(spec, folder, identity, argument, device, precision, batch_size)
+        teacher = _load_hf_tlaser(spec, folder, identity, argument, device, precision, batch_size, backend)
+    elif backend not in ("torch", "auto"):
+        raise UsageError(f"{where}: --backend {backend} runs hf_tlaser model folders only; use --backend torch")
     elif config is not None or (folder / "modules.json").is_file():
         teacher = _load_sentence_transformer(
             spec, folder, identity, where, device, precision, prompt_name, prefer, batch_size

@@ -205,6 +205,14 @@ class RunSpec:
     )
     """``--init-from SPEC``: the encoder starts from a pretrained Hugging Face encoder (``hf_tlaser.training.warm``);
     the members whose encoder is a transformer."""
+    init_layers: str | None = flag(
+        None,
+        families=BACKBONE_MEMBERS,
+        metavar="N|I,J,...",
+        help="--init-from: keep N of the pretrained encoder's layers, spread evenly (6 of 12: every other one, as "
+        "DistilBERT starts its student), or the listed ones (0-based, ascending) (default: all)",
+    )
+    """A layer-reduced student of the ``--init-from`` model (``warm.student_layers``)."""
     pooling: str | None = flag(
         None,
         families=BACKBONE_MEMBERS,

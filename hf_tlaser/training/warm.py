@@ -18,8 +18,10 @@ which no pretrained transformer's weights fit; only its embedding table could be
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import islice
@@ -45,6 +47,7 @@ from hf_tlaser.models.common.pooling import (
     DEFAULT_ACTIVATION,
     SENTENCE_MODULES,
     describe_modules,
+    saved_head_weights,
     torch_activation,
 )
 from hf_tlaser.models.registry import FAMILIES
@@ -96,6 +99,12 @@ class Backbone:
     pooling: str | None
     prompt: str | None
     carried: CarriedModules = field(default_factory=CarriedModules)
+    layers: tuple[int, ...] | None = None
+    """The pretrained layers the member keeps (``--init-layers``; None: all); ``config`` has their number."""
+    depth: int = 0
+    """The pretrained model's number of layers."""
+    member: bool = False
+    """The SPEC is an hf_tlaser member trained with ``--init-from``: its backbone's weights start this one."""
 
     @property
     def stored_dtype(self) -> torch.dtype | None:
@@ -118,23 +127,106 @@ class Backbone:
         pooling = f"its pooling {self.pooling}" if self.pooling else "no pooling of its own"
         if self.carried.entries:
             pooling += f", then {describe_modules(self.carried.entries)}"
+        depth = f"{self.config.num_hidden_layers} layers"
+        if self.layers is not None:
+            depth += f" of its {self.depth}: {','.join(map(str, self.layers))}"
         return (
-            f"{self.config.model_type} {self.identity} ({self.config.hidden_size} wide, "
-            f"{self.config.num_hidden_layers} layers, {len(self.tokenizer)} pieces, {pooling}, {prompt})"
+            f"{self.config.model_type} {self.identity} ({self.config.hidden_size} wide, {depth}, "
+            f"{len(self.tokenizer)} pieces, {pooling}, {prompt})"
         )
 
     def load_into(self, encoder: torch.nn.Module) -> None:
         """Copy the pretrained weights into ``encoder.backbone`` (and the carried modules' into
         ``encoder.sentence_head``); RuntimeError if a weight of it is missing."""
-        try:
-            pretrained = AutoModel.from_pretrained(self.folder, config=self.config, add_pooling_layer=False)
-        except TypeError:  # an encoder class without a pooler option
-            pretrained = AutoModel.from_pretrained(self.folder, config=self.config)
-        missing, _ = encoder.backbone.load_state_dict(pretrained.state_dict(), strict=False)
+        if self.member:
+            state = member_backbone_weights(self.folder)
+        else:
+            config = self.config if self.layers is None else AutoConfig.from_pretrained(self.folder)
+            try:
+                pretrained = AutoModel.from_pretrained(self.folder, config=config, add_pooling_layer=False)
+            except TypeError:  # an encoder class without a pooler option
+                pretrained = AutoModel.from_pretrained(self.folder, config=config)
+            state = pretrained.state_dict()
+        if self.layers is not None:
+            state = keep_layers(state, self.layers)
+        missing, _ = encoder.backbone.load_state_dict(state, strict=False)
         if missing:
             raise RuntimeError(f"--init-from {self.spec}: no pretrained weights for {missing[:5]}")
         if self.carried.entries:
             encoder.sentence_head.load_state_dict(self.carried.weights)
+
+
+LAYER_KEY = re.compile(r"(^|\.)(layers?)\.(\d+)\.")
+"""A weight of one encoder layer: ``encoder.layer.7.attention...`` (BERT, XLM-R), ``layers.7.`` (others)."""
+
+
+def student_layers(value: str, depth: int, where: str = "--init-layers") -> tuple[int, ...]:
+    """``--init-layers`` of a ``depth``-layer model: ``N`` -> N layers spread evenly from the first
+    (``round(i * depth / N)``: 0,2,4,6,8,10 of 12), ``I,J,...`` -> those; UsageError for anything else."""
+    text = value.strip()
+    try:
+        if "," not in text:
+            count = int(text)
+            if not 1 <= count <= depth:
+                raise ValueError(f"{count} layers of a {depth}-layer model")
+            return tuple(round(i * depth / count) for i in range(count))
+        layers = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError as err:
+        raise UsageError(f"{where} {value!r}: give N or ascending 0-based layer numbers ({err})") from None
+    if list(layers) != sorted(set(layers)) or layers[0] < 0 or layers[-1] >= depth:
+        raise UsageError(f"{where} {value!r}: give ascending, distinct layer numbers from 0 to {depth - 1}")
+    return layers
+
+
+def keep_layers(state: dict[str, torch.Tensor], layers: tuple[int, ...]) -> dict[str, torch.Tensor]:
+    """The pretrained weights with only ``layers``, renumbered 0, 1, ... in that order (the other weights as they
+    are); RuntimeError where no weight names a layer."""
+    position = {layer: i for i, layer in enumerate(layers)}
+    kept, found = {}, False
+    for key, value in state.items():
+        match = LAYER_KEY.search(key)
+        if match is None:
+            kept[key] = value
+            continue
+        found = True
+        layer = int(match.group(3))
+        if layer in position:
+            start, end = match.span(3)
+            kept[key[:start] + str(position[layer]) + key[end:]] = value
+    if not found:
+        raise RuntimeError("--init-layers: no weight of the pretrained model names a layer (layer.N. / layers.N.)")
+    return kept
+
+
+def member_backbone_weights(folder: Path) -> dict[str, torch.Tensor]:
+    """The pretrained encoder's weights inside a saved hf_tlaser member (``encoder.backbone.*`` / ``backbone.*``),
+    named as the backbone names them."""
+    state = {}
+    for path in sorted(folder.glob("*.safetensors")):
+        for key, value in load_file(path).items():
+            if "backbone." in key:
+                state[key.split("backbone.", 1)[1]] = value
+    return state
+
+
+def member_backbone(spec: str, folder: Path, identity: str, saved: dict, where: str) -> Backbone:
+    """An hf_tlaser member trained with ``--init-from`` as the start of another (its layer-reduced student): the
+    nested backbone config, the member's tokenizer, pooling, prompt and carried modules; the weights come from its
+    ``backbone`` (``member_backbone_weights``)."""
+    nested = dict(saved["backbone"])
+    config = AutoConfig.for_model(nested.pop("model_type"), **nested)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+    except Exception as err:  # noqa: BLE001 - any loading failure is the user's folder
+        raise UsageError(f"{where}: cannot load its tokenizer ({' '.join(str(err).split())[:200]})") from None
+    weights = saved_head_weights(folder)
+    carried = CarriedModules(
+        list(saved.get("sentence_modules") or []),
+        {f"{index}.{name}": value for index, named in weights.items() for name, value in named.items()},
+    )
+    prompt = saved.get("prompt")
+    pooling = saved.get("pooling") or "cls"
+    return Backbone(spec, folder, identity, config, tokenizer, pooling, prompt, carried, member=True)
 
 
 def _read_json(path: Path) -> dict | list | None:
@@ -257,7 +349,9 @@ def with_prompt(tokenizer: PreTrainedTokenizerFast, prompt: str | None) -> PreTr
     )
 
 
-def check_backbone(spec: str, model: str, tokenizer_flag: str | None, prompt_name: str | None = "auto") -> Backbone:
+def check_backbone(
+    spec: str, model: str, tokenizer_flag: str | None, prompt_name: str | None = "auto", layers: str | None = None
+) -> Backbone:
     """Load and check an ``--init-from`` SPEC for ``--model`` (config and tokenizer; the weights come later):
     UsageError (one line) for ``--tokenizer`` given too, a SPEC that cannot be loaded, a model that is not an encoder,
     or a tokenizer without a fast version. ``model`` takes a backbone (``RunSpec.check_families`` refused others)."""
@@ -265,6 +359,9 @@ def check_backbone(spec: str, model: str, tokenizer_flag: str | None, prompt_nam
     if tokenizer_flag:
         raise UsageError(f"--init-from trains with the backbone's tokenizer: drop --tokenizer {tokenizer_flag}")
     folder, identity = model_folder(spec, where, hint=INIT_HINT)
+    saved = _read_json(folder / "config.json")
+    if isinstance(saved, dict) and saved.get("model_type") in FAMILIES and saved.get("backbone"):
+        return reduced(member_backbone(spec, folder, identity, saved, where), layers)
     transformer, pooling, prompts, default_prompt, carried = sentence_transformers_parts(folder, where)
     if not (transformer / "config.json").is_file():
         raise UsageError(f"{where}: no config.json in {transformer}; give {INIT_HINT}")
@@ -274,7 +371,10 @@ def check_backbone(spec: str, model: str, tokenizer_flag: str | None, prompt_nam
         raise UsageError(f"{where}: cannot read its config ({' '.join(str(err).split())[:200]})") from None
     kind = config.model_type
     if config.model_type in FAMILIES:
-        raise UsageError(f"{where} is an hf_tlaser {kind} model: continue it with --resume, or teach with --teacher")
+        raise UsageError(
+            f"{where} is an hf_tlaser {kind} model trained without --init-from: continue it with --resume, or teach "
+            "with --teacher"
+        )
     if getattr(config, "is_encoder_decoder", False):
         raise UsageError(f"{where} is a sequence-to-sequence model ({kind}); give an encoder-only model")
     if kind in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and kind not in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
@@ -299,7 +399,19 @@ def check_backbone(spec: str, model: str, tokenizer_flag: str | None, prompt_nam
         if getattr(tokenizer, name) is None:
             raise UsageError(f"{where}: its tokenizer has no {name}; the members need cls, eos and pad tokens")
     _, prompt = choose_prompt(prompts, default_prompt, prompt_name, EVAL_PROMPTS, where)
-    return Backbone(spec, transformer, identity, config, with_prompt(tokenizer, prompt), pooling, prompt, carried)
+    return reduced(Backbone(spec, transformer, identity, config, tokenizer, pooling, prompt, carried), layers)
+
+
+def reduced(backbone: Backbone, layers: str | None) -> Backbone:
+    """``backbone`` with its prompt in the tokenizer's template and, for ``--init-layers``, the kept layers (its
+    config at their number)."""
+    backbone.tokenizer = with_prompt(backbone.tokenizer, backbone.prompt)
+    backbone.depth = backbone.config.num_hidden_layers
+    if layers is not None:
+        backbone.layers = student_layers(layers, backbone.depth)
+        backbone.config = copy.deepcopy(backbone.config)
+        backbone.config.num_hidden_layers = len(backbone.layers)
+    return backbone
 
 
 def backbone_overrides(backbone: Backbone, pooling: str, overrides: dict) -> dict:
@@ -374,7 +486,9 @@ class WarmStart(Plugin):
     @classmethod
     def check(cls, resolved: Resolved) -> WarmStart | None:
         spec = resolved.spec
-        return cls(check_backbone(spec.init_from, spec.model, spec.tokenizer), resolved) if resolved.warm else None
+        if not resolved.warm:
+            return None
+        return cls(check_backbone(spec.init_from, spec.model, spec.tokenizer, layers=spec.init_layers), resolved)
 
     def configure(self, resolved: Resolved, overrides: dict) -> dict:
         logger.info("--init-from: %s", self.backbone.describe())

@@ -67,9 +67,9 @@ def encode_texts(
     """The ``encode`` of every hf_tlaser model: ``texts`` -> float32 numpy [N, dim] in input order (a tensor with
     ``convert_to_tensor``); a single ``str`` gives one vector [dim], an empty list [0, dim].
 
-    ``pooled(input_ids, attention_mask) -> [b, dim]`` runs in eval mode (``model``'s mode is restored) under
-    autocast to ``autocast_dtype`` (None: off) on right-padded batches, longest first, of rows x padded length
-    <= ``max_tokens`` (at most ``batch_size`` rows). Inputs over ``limit`` tokens (the model's
+    ``pooled(input_ids, attention_mask) -> [b, dim]`` runs on ``model.device`` in eval mode (``model``'s mode is
+    restored) under autocast to ``autocast_dtype`` (None: off) on right-padded batches, longest first, of rows x
+    padded length <= ``max_tokens`` (at most ``batch_size`` rows). Inputs over ``limit`` tokens (the model's
     ``max_position_embeddings``) raise ValueError unless ``truncation``.
     """
     single = isinstance(texts, str)
@@ -92,7 +92,7 @@ def encode_texts(
         width = new_width
     if current:
         batches.append(current)
-    device = next(model.parameters()).device
+    device = model.device
     pad_id = tokenizer.pad_token_id
     out = torch.empty(len(encoded), dim, dtype=torch.float32)
     was_training = model.training

@@ -1,0 +1,325 @@
+"""Inference backends of a saved model folder: torch, or the ONNX / OpenVINO files that ``hf-tlaser export`` wrote
+into it, run by ONNX Runtime or OpenVINO behind the same ``encode`` as the torch encoder.
+
+Backends (``BACKENDS``):
+
+* ``torch``: the model's own forward (``precision`` picks fp32 or bf16 autocast, ``hf_tlaser.hardware``);
+* ``onnx``: ``onnx/model.onnx`` (fp32) in ONNX Runtime;
+* ``onnx-int8``: the dynamically quantised ONNX file for this CPU's instruction set
+  (``onnx/model_qint8_avx512_vnni.onnx``, ``model_quint8_avx2.onnx``, ...; ``onnx_int8_file``);
+* ``openvino``: ``openvino/openvino_model.xml``; ``precision`` "fp32" computes in fp32, "bf16" and "auto" leave the
+  CPU plugin its default (bf16 where the CPU runs it natively);
+* ``openvino-int8``: ``openvino/openvino_model_qint8_quantized.xml`` (int8 weights).
+
+The exported graph gives the encoder's per-token final states; the folder's pooling (``cls`` / ``mean``) and the
+modules a backbone carried after it (``Dense``, ``Normalize``) are applied here, as sentence-transformers applies its
+``1_Pooling`` / ``2_Dense`` modules.
+
+``backends.json`` in a folder records, per CPU class (``cpu_class``), each backend's measured speed and quality
+against torch fp32 (``scripts/bench_backends.py --record``); ``choose_backend`` (``backend="auto"``) takes the
+fastest backend accepted there (NTREX within ``MAX_NTREX_LOSS`` points, SIB-200 within ``MAX_SIB200_LOSS``) whose
+files and packages are present, and torch otherwise: a backend whose quality was not measured is never picked.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import platform
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from hf_tlaser.errors import UsageError
+from hf_tlaser.models.common.encode import encode_texts
+from hf_tlaser.models.common.pooling import (
+    head_output_dim,
+    pool_hidden,
+    pooling_mode,
+    read_model_config,
+    saved_head_weights,
+    sentence_head,
+)
+from hf_tlaser.models.registry import FAMILIES
+
+BACKENDS = ("torch", "onnx", "onnx-int8", "openvino", "openvino-int8")
+EXPORTED = ("tlaser", "ldt")
+"""model_types whose encoder exports: T-LASER / cT-LASER (own layers or a pretrained backbone) and LDT. LASER's and
+Yu 2018's recurrent encoders (packed sequences) do not."""
+EXTRAS = {
+    "onnx": ("onnx", "onnxruntime"),
+    "openvino": ("onnx", "onnxruntime", "openvino"),
+    "openvino-int8": ("nncf",),
+}
+"""The modules each export needs, all in ``pip install hf_tlaser[onnx]`` / ``hf_tlaser[openvino]``."""
+RUNTIMES = {"onnx": "onnxruntime", "openvino": "openvino"}
+"""The module that runs each backend's files."""
+ONNX_FILE = "onnx/model.onnx"
+OPENVINO_FILE = "openvino/openvino_model.xml"
+OPENVINO_INT8_FILE = "openvino/openvino_model_qint8_quantized.xml"
+ONNX_CPU_TARGETS = {
+    # sentence-transformers / optimum's names; avx2 keeps activations and weights unsigned (no u8*s8 saturation)
+    "avx512_vnni": ("qint8", "avx512_vnni"),
+    "avx512": ("qint8", "avx512f"),
+    "avx2": ("quint8", "avx2"),
+    "arm64": ("qint8", None),
+}
+"""ONNX int8 target -> (weight type in the file name, /proc/cpuinfo flag the target needs; None: an ARM CPU)."""
+MEASURED_FILE = "backends.json"
+MAX_NTREX_LOSS = 0.2
+"""Largest rise of the NTREX xsim error (points, 90 directions) at which ``choose_backend`` accepts a backend."""
+MAX_SIB200_LOSS = 1.0
+"""Largest fall of SIB-200 cross accuracy (points) at which ``choose_backend`` accepts a backend."""
+
+
+def require(modules: Sequence[str], extra: str) -> None:
+    """UsageError naming the extra to install where one of ``modules`` cannot be imported."""
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError as error:
+            raise UsageError(
+                f"the {extra} backend needs the {name!r} package ({error}); install it with: "
+                f"pip install 'hf_tlaser[{extra}]'"
+            ) from None
+
+
+def cpu_flags() -> set[str]:
+    """This CPU's feature flags (Linux ``/proc/cpuinfo``; empty where it cannot be read)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        if line.startswith(("flags", "Features")):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def is_arm() -> bool:
+    return platform.machine().lower() in {"arm64", "aarch64"}
+
+
+def this_cpu_target() -> str:
+    """The ONNX int8 target of this CPU: the widest int8 instruction set it has."""
+    if is_arm():
+        return "arm64"
+    flags = cpu_flags()
+    for target in ("avx512_vnni", "avx512", "avx2"):
+        if ONNX_CPU_TARGETS[target][1] in flags:
+            return target
+    raise UsageError("this CPU has no AVX2: int8 ONNX files need AVX2 or newer; pass --cpu for another machine")
+
+
+def cpu_class() -> str:
+    """This CPU for speed records: its int8 target, ``+bf16`` where it runs bf16 natively (``avx512_vnni+bf16``)."""
+    flags = cpu_flags()
+    target = (
+        "arm64"
+        if is_arm()
+        else next((t for t in ("avx512_vnni", "avx512", "avx2") if ONNX_CPU_TARGETS[t][1] in flags), "x86")
+    )
+    return target + ("+bf16" if flags & {"avx512_bf16", "amx_bf16"} else "")
+
+
+def onnx_int8_file(target: str) -> str:
+    """The quantised file's path in the folder, named as sentence-transformers names it."""
+    weights, _ = ONNX_CPU_TARGETS[target]
+    return f"onnx/model_{weights}_{target}.onnx"
+
+
+def runs_here(target: str, flags: set[str] | None = None) -> bool:
+    """Whether this CPU has the instructions of an ONNX int8 ``target``."""
+    flag = ONNX_CPU_TARGETS[target][1]
+    if flag is None:
+        return is_arm()
+    return flag in (cpu_flags() if flags is None else flags)
+
+
+def check_quantized_file_cpu(path: str | Path, flags: set[str] | None = None) -> None:
+    """UsageError where an int8 ONNX file (named ``model_<weights>_<target>.onnx``) is used on a CPU without the
+    instructions its target names; nothing for another file."""
+    name = Path(path).stem
+    for target, (weights, _) in ONNX_CPU_TARGETS.items():
+        if name == f"model_{weights}_{target}" and not runs_here(target, flags):
+            raise UsageError(
+                f"{path} was quantised for {target}, which this CPU lacks; use onnx/model.onnx or export one for "
+                f"this CPU (hf-tlaser export FOLDER --backend onnx --quantize int8 --cpu {this_cpu_target()})"
+            )
+
+
+def backend_file(folder: Path, backend: str) -> Path:
+    """The file ``backend`` runs in ``folder``; UsageError naming the export command where it is missing. For
+    ``onnx-int8``: this CPU's target file, else another int8 file this CPU runs."""
+    if backend == "onnx-int8":
+        targets = [this_cpu_target(), *ONNX_CPU_TARGETS]
+        for target in dict.fromkeys(targets):
+            if runs_here(target) and (folder / onnx_int8_file(target)).is_file():
+                return folder / onnx_int8_file(target)
+        name = onnx_int8_file(this_cpu_target())
+    else:
+        name = {"onnx": ONNX_FILE, "openvino": OPENVINO_FILE, "openvino-int8": OPENVINO_INT8_FILE}[backend]
+        if (folder / name).is_file():
+            return folder / name
+    kind, _, quantize = backend.partition("-")
+    command = f"hf-tlaser export {folder} --backend {kind}" + (" --quantize int8" if quantize else "")
+    raise UsageError(f"backend {backend!r}: {folder / name} does not exist; write it with: {command}")
+
+
+class ExportedEncoder(torch.nn.Module):
+    """A folder's exported encoder (``backend`` one of ``BACKENDS`` but torch) with the torch encoder's ``encode``;
+    ``hf_tlaser.encode`` takes it as it takes a model. ``threads``: intra-op threads (default: torch's).
+
+    It holds no parameters: ``config`` is the folder's ``config.json``, ``head`` the carried modules after pooling
+    (their weights from the folder's safetensors), ``device`` the CPU.
+    """
+
+    def __init__(
+        self,
+        folder: str | os.PathLike,
+        backend: str,
+        precision: str = "auto",
+        file_name: str | None = None,
+        threads: int | None = None,
+    ) -> None:
+        super().__init__()
+        folder = Path(folder)
+        if backend not in BACKENDS[1:]:
+            raise UsageError(f"backend {backend!r}: choose from {', '.join(BACKENDS)}")
+        model_type = read_model_config(folder).get("model_type")
+        if model_type not in EXPORTED:
+            raise UsageError(
+                f"{folder}: model_type {model_type!r} has no exported backend (exported: {', '.join(EXPORTED)}); "
+                "use backend='torch'"
+            )
+        self.config = FAMILIES[model_type].config_class.from_pretrained(folder)
+        kind = backend.partition("-")[0]
+        require((RUNTIMES[kind],), kind)
+        self.path = folder / file_name if file_name else backend_file(folder, backend)
+        check_quantized_file_cpu(self.path)
+        self.backend, self.precision = backend, precision
+        self.mode = pooling_mode(self.config.to_dict())
+        self.head = sentence_head(self.config)
+        if self.head is not None:
+            weights = saved_head_weights(folder)
+            self.head.load_state_dict({f"{i}.{name}": w.float() for i, ws in weights.items() for name, w in ws.items()})
+        self.dim = head_output_dim(getattr(self.config, "sentence_modules", None), self.config.hidden_size)
+        threads = threads or torch.get_num_threads()
+        self.run = onnx_runner(self.path, threads) if kind == "onnx" else openvino_runner(self.path, precision, threads)
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("cpu")
+
+    def describe(self) -> str:
+        """``onnx-int8 (onnx/model_qint8_avx512_vnni.onnx)``."""
+        return f"{self.backend} ({self.path.parent.name}/{self.path.name})"
+
+    def sentence_vectors(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """The sentence vectors of a right-padded batch: the exported final states, pooled, through the head."""
+        states = torch.from_numpy(self.run(input_ids.numpy(), attention_mask.numpy())).float()
+        pooled = pool_hidden(states, attention_mask, self.mode)
+        return pooled if self.head is None else self.head(pooled)
+
+    def encode(self, texts: str | list[str], tokenizer, **options):
+        """``SentenceEncoderMixin.encode`` on the exported files (``autocast_dtype`` is ignored: the backend's
+        precision was fixed when it was loaded)."""
+        options.pop("autocast_dtype", None)
+        return encode_texts(
+            self,
+            self.sentence_vectors,
+            tokenizer,
+            texts,
+            limit=self.config.max_position_embeddings,
+            dim=self.dim,
+            **options,
+        )
+
+
+def onnx_runner(path: Path, threads: int = 1):
+    """``(input_ids, attention_mask) -> final states`` of an ONNX file in ONNX Runtime on ``threads`` threads."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+    def run(input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+        return session.run(["last_hidden_state"], {"input_ids": input_ids, "attention_mask": attention_mask})[0]
+
+    return run
+
+
+def openvino_runner(path: Path, precision: str = "fp32", threads: int = 1):
+    """``(input_ids, attention_mask) -> final states`` of an OpenVINO model on the CPU plugin: ``precision``
+    "fp32" computes in f32; "auto" / "bf16" leave the plugin its default (bf16 where the CPU runs it natively)."""
+    import openvino as ov
+
+    config = {"INFERENCE_NUM_THREADS": threads}
+    if precision == "fp32":
+        config["INFERENCE_PRECISION_HINT"] = "f32"
+    compiled = ov.Core().compile_model(str(path), "CPU", config)
+    output = compiled.output(0)
+
+    def run(input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+        return compiled({"input_ids": input_ids, "attention_mask": attention_mask})[output]
+
+    return run
+
+
+def read_measured(folder: str | os.PathLike) -> dict:
+    """The folder's ``backends.json`` (``{cpu_class: {backend: record}}``); {} without one."""
+    path = Path(folder) / MEASURED_FILE
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def accepted(record: dict) -> bool:
+    """Whether a measured backend kept the quality: NTREX within ``MAX_NTREX_LOSS`` points and SIB-200 cross within
+    ``MAX_SIB200_LOSS`` of torch fp32."""
+    try:
+        return record["ntrex_delta"] <= MAX_NTREX_LOSS and record["sib200_delta"] >= -MAX_SIB200_LOSS
+    except (KeyError, TypeError):
+        return False
+
+
+def available(folder: Path, backend: str) -> bool:
+    """Whether ``backend`` can run here: torch always; else its file is in the folder and its package imports."""
+    if backend == "torch":
+        return True
+    try:
+        backend_file(folder, backend)
+        require((RUNTIMES[backend.partition("-")[0]],), backend)
+    except UsageError:
+        return False
+    return True
+
+
+def choose_backend(folder: str | os.PathLike) -> str:
+    """``backend="auto"``: the fastest backend measured on this CPU class that kept the quality (``accepted``) and can
+    run here, if it beats torch; "torch" otherwise."""
+    folder = Path(folder)
+    records = read_measured(folder).get(cpu_class(), {})
+    best, speed = "torch", float(records.get("torch", {}).get("speedup", 1.0))
+    for backend, record in records.items():
+        if backend in BACKENDS and accepted(record) and record.get("speedup", 0) > speed and available(folder, backend):
+            best, speed = backend, float(record["speedup"])
+    return best
+
+
+def load_backend(
+    folder: str | os.PathLike, backend: str = "auto", precision: str = "auto", threads: int | None = None
+) -> ExportedEncoder | None:
+    """The exported encoder ``backend`` of ``folder`` ("auto": ``choose_backend`` where ``precision`` is "auto",
+    else torch); None for torch: load the model itself (``AutoModel.from_pretrained``)."""
+    if backend not in ("auto", *BACKENDS):
+        raise UsageError(f"backend {backend!r}: choose from auto, {', '.join(BACKENDS)}")
+    if backend == "auto":
+        backend = choose_backend(folder) if precision == "auto" else "torch"
+    return None if backend == "torch" else ExportedEncoder(folder, backend, precision, threads=threads)

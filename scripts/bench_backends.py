@@ -1,0 +1,215 @@
+"""Inference backends of one trained model folder, measured in one run as ratios to torch fp32: sentences/s at batch
+sizes 1, 32 and 128 and peak RSS (each backend in a fresh process, on the same NTREX-128 sentences), mean and minimum
+cosine of the vectors to torch fp32's, and the quality that users see: NTREX-128 xsim error over the 90 directions of
+the ten languages and SIB-200 cross accuracy (``hf-tlaser evaluate --backend``, seed 0).
+
+    python scripts/bench_backends.py runs/demo --data-dir ../shared/data --threads 2 --record --output BENCHMARKS.md
+
+Exports what the folder lacks first (``hf-tlaser export``: ONNX fp32 and int8 for this CPU, OpenVINO fp32 and int8
+weights). ``--record`` writes the folder's ``backends.json`` for this CPU class (``hf_tlaser.backends``), which
+``backend="auto"`` reads: a backend is taken only where NTREX rose by at most 0.2 points and SIB-200 cross fell by at
+most 1 point. ``--output`` replaces the section between the markers in that markdown file (``python -m benchmarks``
+keeps it). ``--smoke`` runs a few sentences without the quality columns (a check of the script).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+BATCHES = (1, 32, 128)
+START, END = "<!-- backends:start -->", "<!-- backends:end -->"
+TITLE = "## 8. Inference backends: torch, ONNX Runtime, OpenVINO (a trained model)"
+ROWS = [  # (name, backend, precision)
+    ("torch fp32", "torch", "fp32"),
+    ("torch bf16 autocast", "torch", "bf16"),
+    ("ONNX Runtime fp32", "onnx", "fp32"),
+    ("ONNX Runtime int8 (dynamic)", "onnx-int8", "fp32"),
+    ("OpenVINO fp32", "openvino", "fp32"),
+    ("OpenVINO, plugin default (bf16 where native)", "openvino", "auto"),
+    ("OpenVINO int8 weights", "openvino-int8", "auto"),
+]
+
+
+def worker(folder: str, backend: str, precision: str, texts_file: str, out: str, threads: int) -> None:
+    """One backend in this process: sentences/s per batch size, peak RSS, the vectors (batch 32)."""
+    import torch
+
+    torch.set_num_threads(threads)
+    import hf_tlaser
+
+    texts = json.loads(Path(texts_file).read_text(encoding="utf-8"))
+    model, tokenizer = hf_tlaser.load_model(folder, backend, precision)
+    if backend == "torch":
+        model = model.float()
+
+    def encode(batch_size: int) -> np.ndarray:
+        return hf_tlaser.encode(
+            model, tokenizer, texts, batch_size=batch_size, precision=precision, truncation=True, device="cpu"
+        )
+
+    encode(32)  # warm-up: first-call allocations, oneDNN / OpenVINO kernels
+    speeds, vectors = {}, None
+    for batch_size in BATCHES:
+        start = time.perf_counter()
+        result = encode(batch_size)
+        speeds[batch_size] = len(texts) / (time.perf_counter() - start)
+        vectors = result if batch_size == 32 else vectors
+    np.save(out + ".npy", vectors)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    Path(out).write_text(json.dumps({"speeds": speeds, "rss_mb": rss}), encoding="utf-8")
+
+
+def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+
+
+def quality(folder: Path, backend: str, precision: str, data_dir: str, out: Path) -> tuple[float, float]:
+    """(NTREX-128 mean xsim error %, SIB-200 cross accuracy %) on ``backend``."""
+    from hf_tlaser.evaluation.cli import evaluate_model
+    from hf_tlaser.hub.model_card import classification_summaries, retrieval_averages
+
+    results = evaluate_model(
+        folder,
+        ["retrieval", "sib200"],
+        out,
+        data_dir=data_dir,
+        seeds=(0,),
+        projection=None,
+        retrieval_sets=("ntrex128",),
+        references=False,
+        precision=precision,
+        backend=backend,
+    )
+    ntrex = next(avg for name, margin, avg in retrieval_averages(results) if margin == "absolute")
+    return ntrex, classification_summaries(results)["sib200"]["cross"][0]
+
+
+def ensure_exports(folder: Path) -> None:
+    """Export the backends the folder lacks (ONNX int8 for this CPU)."""
+    from hf_tlaser.backends import backend_file
+    from hf_tlaser.errors import UsageError
+    from hf_tlaser.inference.export import export_model
+
+    for backend in ("onnx", "onnx-int8", "openvino", "openvino-int8"):
+        try:
+            backend_file(folder, backend)
+        except UsageError:
+            kind, _, quantize = backend.partition("-")
+            print(f"exporting {backend}", file=sys.stderr)
+            export_model(folder, kind, quantize or None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("folder", type=Path)
+    parser.add_argument("--data-dir", default=os.environ.get("HF_TLASER_DATA", "../shared/data"))
+    parser.add_argument("--lines", type=int, default=200, help="NTREX-128 lines per language (10 languages)")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--record", action="store_true", help="write the folder's backends.json for this CPU class")
+    parser.add_argument("--output", type=Path, help="markdown file whose backends section is replaced")
+    parser.add_argument("--smoke", action="store_true", help="a few sentences, no quality columns")
+    parser.add_argument("--worker", nargs=5, metavar=("BACKEND", "PRECISION", "TEXTS", "OUT", "THREADS"))
+    args = parser.parse_args(argv)
+    if args.worker:
+        backend, precision, texts, out, threads = args.worker
+        worker(str(args.folder), backend, precision, texts, out, int(threads))
+        return 0
+
+    from hf_tlaser.backends import cpu_class, cpu_flags
+    from hf_tlaser.data import load_corpus
+
+    os.environ["HF_TLASER_DATA"] = args.data_dir
+    ensure_exports(args.folder)
+    lines = 4 if args.smoke else args.lines
+    corpus = load_corpus("ntrex128", max_lines=lines, data_dir=args.data_dir)
+    languages = ("en", "de", "es", "fr", "it", "cs", "fi", "ru", "tr", "zh")
+    texts = [text for lang in languages for text in corpus[lang]]
+    native_bf16 = bool(cpu_flags() & {"avx512_bf16", "amx_bf16"})
+    measured: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-backends-") as tmp:
+        Path(tmp, "texts.json").write_text(json.dumps(texts), encoding="utf-8")
+        for name, backend, precision in ROWS:
+            if precision == "bf16" and not native_bf16:
+                continue  # emulated bf16 runs ~70x slower than fp32: not a choice on this CPU
+            out = str(Path(tmp, name.replace(" ", "_").replace("/", "_")))
+            command = [sys.executable, __file__, str(args.folder), "--worker", backend, precision]
+            subprocess.run([*command, str(Path(tmp, "texts.json")), out, str(args.threads)], check=True)
+            row = json.loads(Path(out).read_text(encoding="utf-8"))
+            row["vectors"] = np.load(out + ".npy")
+            if not args.smoke:
+                row["ntrex"], row["sib200"] = quality(args.folder, backend, precision, args.data_dir, Path(tmp, "eval"))
+            measured[name] = {"backend": backend, "precision": precision, **row}
+            print(f"{name}: {row['speeds']}", file=sys.stderr)
+    base = measured["torch fp32"]
+    header = (
+        "| backend | sentences/s batch 1 | batch 32 | batch 128 | x torch fp32 (batch 32) | peak RSS MB | "
+        "cosine to torch fp32 mean / min | NTREX xsim % (90 directions) | SIB-200 cross % |"
+    )
+    table = [header, "|" + "---|" * 9]
+    records = {}
+    for name, row in measured.items():
+        cos = cosines(row["vectors"], base["vectors"])
+        speed = {int(k): v for k, v in row["speeds"].items()}
+        ratio = speed[32] / {int(k): v for k, v in base["speeds"].items()}[32]
+        quality_cells = ["-", "-"]
+        if "ntrex" in row:
+            ntrex_delta, sib_delta = row["ntrex"] - base["ntrex"], row["sib200"] - base["sib200"]
+            quality_cells = [f"{row['ntrex']:.2f} ({ntrex_delta:+.2f})", f"{row['sib200']:.2f} ({sib_delta:+.2f})"]
+            key = row["backend"]
+            if row["backend"] != "torch" or row["precision"] == ("bf16" if native_bf16 else "fp32"):
+                records[key] = {
+                    "speedup": round(ratio, 3),
+                    "ntrex_delta": round(ntrex_delta, 3),
+                    "sib200_delta": round(sib_delta, 3),
+                    "min_cosine": round(float(cos.min()), 5),
+                    "precision": row["precision"],
+                    "threads": args.threads,
+                    "measured": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
+                }
+        table.append(
+            f"| {name} | {speed[1]:.1f} | {speed[32]:.1f} | {speed[128]:.1f} | {ratio:.2f} | {row['rss_mb']:.0f} | "
+            f"{cos.mean():.5f} / {cos.min():.5f} | {' | '.join(quality_cells)} |"
+        )
+    note = (
+        f"`python scripts/bench_backends.py {args.folder} --threads {args.threads}` on {len(texts)} NTREX-128 "
+        f"sentences ({lines} per language, 10 languages), {args.threads} thread(s), CPU class `{cpu_class()}`, "
+        f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC. Quality: `hf-tlaser evaluate --backend`, SIB-200 seed 0; "
+        "in brackets the change from torch fp32."
+    )
+    section = "\n".join([note, "", *table])
+    print(section)
+    if args.record and records:
+        path = args.folder / "backends.json"
+        recorded = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        recorded[cpu_class()] = records
+        path.write_text(json.dumps(recorded, indent=2) + "\n", encoding="utf-8")
+    if args.output:
+        text = args.output.read_text(encoding="utf-8") if args.output.is_file() else ""
+        block = f"{START}\n{section}\n{END}"
+        if START in text:
+            text = re.sub(re.escape(START) + ".*?" + re.escape(END), lambda _: block, text, flags=re.S)
+        else:
+            text = (
+                text.rstrip()
+                + "\n\n## 8. Inference backends: torch, ONNX Runtime, OpenVINO (a trained model)\n\n"
+                + block
+                + "\n"
+            )
+        args.output.write_text(text, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,161 @@
+"""Inference backends (hf_tlaser.backends): ``hf_tlaser.encode(..., backend=)``, ``load_model`` and
+``hf-tlaser embed --backend`` run the files ``hf-tlaser export`` wrote and give the torch fp32 vectors (fp32 within
+1e-5; int8 within the cosine of tests/test_export.py); ``backend="auto"`` takes a backend only where the folder's
+``backends.json`` measured it on this CPU class without quality loss; bad input is one line."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import hf_tlaser
+from hf_tlaser import backends
+from hf_tlaser.cli import main as hf_tlaser_main
+from hf_tlaser.errors import UsageError
+from hf_tlaser.inference import read_embeddings
+from hf_tlaser.inference.export import export_model
+from hf_tlaser.model_folders import load_encoder
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("onnxruntime") is None, reason="the [onnx] extra is not installed"
+)
+TEXTS = ["The weather is lovely today.", "Das Wetter ist heute schön.", "x", "Une phrase un peu plus longue."]
+FP32_TOL = 1e-5
+INT8_COSINE = 0.99
+
+
+@pytest.fixture(scope="module")
+def exported(warm_dir, tmp_path_factory) -> Path:
+    """The warm-started tiny cT-LASER (mean pooling, a carried Normalize, a built-in prompt) with its ONNX fp32 file
+    and an int8 file for AVX2 (which every x86 CPU that runs the tests has), exported one after the other."""
+    folder = Path(shutil.copytree(warm_dir, tmp_path_factory.mktemp("exported") / "model"))
+    export_model(folder, "onnx")
+    export_model(folder, "onnx", "int8", cpu="avx2")  # reuses the fp32 file
+    return folder
+
+
+@pytest.fixture(scope="module")
+def reference(exported) -> np.ndarray:
+    model, tokenizer = load_encoder(exported)
+    return hf_tlaser.encode(model, tokenizer, TEXTS, autocast_dtype=None, device="cpu")
+
+
+def record(folder: Path, **by_backend: dict) -> None:
+    """A ``backends.json`` for this CPU class."""
+    (folder / backends.MEASURED_FILE).write_text(json.dumps({backends.cpu_class(): by_backend}))
+
+
+def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+
+
+def test_encode_on_each_backend_gives_the_torch_vectors(exported, reference):
+    onnx = hf_tlaser.encode(exported, None, TEXTS, backend="onnx")
+    assert np.abs(onnx - reference).max() < FP32_TOL
+    int8 = hf_tlaser.encode(str(exported), None, TEXTS, backend="onnx-int8")
+    assert cosines(int8, reference).min() > INT8_COSINE and not np.allclose(int8, reference, atol=FP32_TOL)
+    model, tokenizer = hf_tlaser.load_model(exported, backend="onnx")
+    assert isinstance(model, backends.ExportedEncoder) and model.describe() == "onnx (onnx/model.onnx)"
+    single = hf_tlaser.encode(model, tokenizer, TEXTS[0], normalize=True)
+    assert single.shape == reference[0].shape and abs(np.linalg.norm(single) - 1) < 1e-5
+    np.testing.assert_allclose(single, reference[0] / np.linalg.norm(reference[0]), atol=FP32_TOL)
+
+
+def test_a_torch_model_finds_its_folder_for_a_backend(exported, reference):
+    model, tokenizer = load_encoder(exported)
+    vectors = hf_tlaser.encode(model, tokenizer, TEXTS, backend="onnx")
+    assert np.abs(vectors - reference).max() < FP32_TOL
+
+
+def test_auto_takes_only_a_backend_measured_here_without_quality_loss(exported, tmp_path):
+    folder = Path(shutil.copytree(exported, tmp_path / "model"))
+    assert backends.choose_backend(folder) == "torch"  # nothing measured
+    fast = {"speedup": 3.0, "ntrex_delta": 0.1, "sib200_delta": -0.4}
+    record(folder, **{"onnx-int8": fast, "onnx": {"speedup": 1.2, "ntrex_delta": 0.0, "sib200_delta": 0.0}})
+    assert backends.choose_backend(folder) == "onnx-int8"
+    model, _ = hf_tlaser.load_model(folder)
+    assert isinstance(model, backends.ExportedEncoder) and model.backend == "onnx-int8"
+    model, _ = hf_tlaser.load_model(folder, precision="fp32")  # an explicit precision stays in torch
+    assert not isinstance(model, backends.ExportedEncoder)
+    record(folder, **{"onnx-int8": {**fast, "ntrex_delta": 0.5}})  # lost retrieval quality
+    assert backends.choose_backend(folder) == "torch"
+    record(folder, **{"onnx-int8": {**fast, "sib200_delta": -1.5}})  # lost classification quality
+    assert backends.choose_backend(folder) == "torch"
+    record(folder, **{"onnx-int8": {**fast, "speedup": 0.8}})  # slower than torch
+    assert backends.choose_backend(folder) == "torch"
+    record(folder, **{"openvino": fast})  # no openvino files in the folder
+    assert backends.choose_backend(folder) == "torch"
+    (folder / backends.MEASURED_FILE).write_text(json.dumps({"some-other-cpu": {"onnx-int8": fast}}))
+    assert backends.choose_backend(folder) == "torch"
+
+
+def test_embed_runs_a_backend_and_records_it(exported, reference, tmp_path):
+    source = tmp_path / "in.txt"
+    source.write_text("".join(text + "\n" for text in TEXTS), encoding="utf-8")
+    args = ["embed", "--model", str(exported), "--input", str(source), "--backend", "onnx"]
+    assert hf_tlaser_main([*args, "--output", str(tmp_path / "onnx.npy")]) == 0
+    vectors, meta = read_embeddings(tmp_path / "onnx.npy")
+    assert np.abs(np.asarray(vectors) - reference).max() < FP32_TOL
+    assert meta["backend"] == "onnx (onnx/model.onnx)"
+    record(exported, **{"onnx-int8": {"speedup": 3.0, "ntrex_delta": 0.0, "sib200_delta": 0.0}})
+    try:
+        args[-1] = "auto"
+        assert hf_tlaser_main([*args, "--output", str(tmp_path / "auto.npy")]) == 0
+        assert read_embeddings(tmp_path / "auto.npy")[1]["backend"] == "onnx-int8 (onnx/model_quint8_avx2.onnx)"
+        fp32 = [*args, "--precision", "fp32", "--output", str(tmp_path / "fp32.npy")]
+        assert hf_tlaser_main(fp32) == 0
+        assert read_embeddings(tmp_path / "fp32.npy")[1]["backend"] == "torch"
+    finally:
+        (exported / backends.MEASURED_FILE).unlink()
+
+
+def test_an_int8_file_for_other_instructions_is_not_taken(exported, tmp_path, monkeypatch):
+    folder = Path(shutil.copytree(exported, tmp_path / "model"))
+    (folder / "onnx/model_quint8_avx2.onnx").rename(folder / "onnx/model_qint8_avx512_vnni.onnx")
+    monkeypatch.setattr(backends, "cpu_flags", lambda: {"avx2", "fma"})
+    with pytest.raises(UsageError, match="model_quint8_avx2.onnx does not exist"):
+        hf_tlaser.load_model(folder, backend="onnx-int8")
+    with pytest.raises(UsageError, match="quantised for avx512_vnni, which this CPU lacks"):
+        backends.ExportedEncoder(folder, "onnx-int8", file_name="onnx/model_qint8_avx512_vnni.onnx")
+
+
+def test_bad_backend_input_is_one_line(exported, tlaser_folder, st_folder, tmp_path, capsys):
+    with pytest.raises(UsageError, match="openvino_model.xml does not exist; write it with: hf-tlaser export"):
+        hf_tlaser.load_model(exported, backend="openvino")
+    with pytest.raises(UsageError, match="onnx/model.onnx does not exist.*--backend onnx$"):
+        hf_tlaser.load_model(tlaser_folder, backend="onnx")
+    laser = Path(shutil.copytree(tlaser_folder, tmp_path / "laser"))
+    config = json.loads((laser / "config.json").read_text())
+    (laser / "config.json").write_text(json.dumps({**config, "model_type": "laser"}))
+    with pytest.raises(UsageError, match="model_type 'laser' has no exported backend"):
+        backends.ExportedEncoder(laser, "onnx")
+    source = tmp_path / "in.txt"
+    source.write_text("a line\n", encoding="utf-8")
+    for model in (tlaser_folder, st_folder):
+        argv = ["embed", "--model", str(model), "--input", str(source), "--output", str(tmp_path / "o.npy")]
+        assert hf_tlaser_main([*argv, "--backend", "onnx"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "onnx" in err[0] and not (tmp_path / "o.npy").exists(), err
+
+
+def test_evaluate_measures_a_backend(exported, tmp_path, newstest_lines):
+    from hf_tlaser.evaluation.cli import evaluate_model
+
+    for lang in ("de", "en"):
+        (tmp_path / f"dev.{lang}").write_text("\n".join(newstest_lines[lang][:40]) + "\n", encoding="utf-8")
+    aligned = f"files:de={tmp_path / 'dev.de'}:en={tmp_path / 'dev.en'}"
+
+    def xsim(backend: str) -> tuple[dict, dict]:
+        results = evaluate_model(
+            exported, ["retrieval"], tmp_path / backend, retrieval_sets=(aligned,), references=False, backend=backend
+        )
+        return results["evaluated"], results["retrieval"]["matrices"][aligned]
+
+    about, errors = xsim("onnx")
+    assert about["backend"] == "onnx (onnx/model.onnx)"
+    assert xsim("torch") == ({**about, "backend": "torch"}, errors)

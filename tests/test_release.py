@@ -1,0 +1,77 @@
+"""The release recipe (scripts/release.py) at tiny size: a warm start from the tiny sentence-transformers backbone, a
+few updates, the evaluation with the start, TF-IDF and random init as reference rows, and a card that states the
+data, the recipe, the languages, the table, the built-in prompt and the limits; the folder pushes to a local Hub, and a
+second start after the run has finished keeps it."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+from hub_server import HubServer
+
+from hf_tlaser.hub import cli as push
+from tests.test_warm_start import train_args
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def release():
+    spec = importlib.util.spec_from_file_location("release", ROOT / "scripts" / "release.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def tiny_train_args() -> list[str]:
+    """The tiny test runs' train flags (tests/test_warm_start.py) that the recipe does not set itself."""
+    args = train_args(Path("unused"), Path("unused"))
+    keep = []
+    skip = {"--model", "--corpora", "--output-dir", "--init-from"}
+    i = 0
+    while i < len(args):
+        if args[i] in skip:
+            i += 2
+            continue
+        keep.append(args[i])
+        i += 1
+    return keep
+
+
+def test_release_recipe_writes_a_pushable_folder_with_its_card(release, st_dir, data_dir, tmp_path, monkeypatch):
+    out = tmp_path / "release"
+    lines = {"de": tmp_path / "dev.de", "en": tmp_path / "dev.en"}
+    for path, name in zip(lines.values(), ("newstest2019-ref.deu.txt", "newstest2019-src.eng.txt")):
+        text = (Path(data_dir) / "ntrex128" / name).read_text(encoding="utf-8")
+        path.write_text("\n".join(text.splitlines()[:30]) + "\n", encoding="utf-8")
+    aligned = f"files:de={lines['de']}:en={lines['en']}"
+    argv = ["--output", str(out), "--data-dir", str(data_dir), "--init", str(st_dir), "--updates", "2"]
+    argv += ["--corpora", "wmt-newstest-multiway", "--retrieval-sets", aligned, "--seeds", "0"]
+    assert release.main([*argv, "--", *tiny_train_args()]) == 0
+    assert json.loads((out / "trainer_state.json").read_text())["global_step"] == 2
+    results = json.loads((out / "eval" / "results.json").read_text())
+    assert results["retrieval"]["matrices"][aligned] and "sib200" in results
+    card = (out / "README.md").read_text()
+    for expected in (
+        "wmt-newstest-multiway",  # the data
+        "| optimizer updates | 2 |",  # the recipe
+        "German, English",  # the languages
+        "random init (reference)",  # the table's reference rows
+        "tfidf-char",
+        f"{st_dir.name} (reference)",  # the start
+        "The prompt 'query: ' is built into the tokenizer",
+        "vectors of other languages are not aligned",  # the limits
+        "Inputs are limited to",
+    ):
+        assert expected in card, expected
+    before = (out / "model.safetensors").read_bytes()
+    assert release.main([*argv, "--", *tiny_train_args()]) == 0  # finished: evaluated again, not retrained
+    assert (out / "model.safetensors").read_bytes() == before
+    monkeypatch.setenv("HF_TOKEN", "dummy-token")
+    with HubServer() as hub:
+        assert push.main([str(out), "tester/release", "--endpoint", hub.url]) == 0
+        files = hub.repos["tester/release"].commits[hub.repos["tester/release"].branches["main"]]
+    assert {"README.md", "model.safetensors", "modules.json", "eval/results.json"} <= set(files)

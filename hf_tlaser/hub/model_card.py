@@ -314,45 +314,7 @@ def _limitations(config: dict, train: dict | None) -> str:
     return "\n".join(f"- {item}" for item in items)
 
 
-LDT_CITATION = (
-    "Zhuoyuan Mao, Prakhar Gupta, Chenhui Chu, Martin Jaggi and Sadao Kurohashi: Lightweight Cross-Lingual Sentence "
-    "Representation Learning (ACL 2021), the Lightweight Dual Transformer."
-)
-
-
-def _ldt_summary(config: dict, name: str, dim: int, names: str) -> str:
-    return (
-        f"An {name} multilingual sentence encoder (Mao et al. 2021, *Lightweight Cross-Lingual Sentence "
-        f"Representation Learning*) trained with hf_tlaser: one {dim}-dim vector per sentence or document for "
-        f"{names}."
-    )
-
-
-def _ldt_rows(config: dict, dim: int) -> list[list[str]]:
-    weights = (config.get("generative_loss_weight"), config.get("align_loss_weight"), config.get("sim_loss_weight"))
-    return [
-        [
-            "Architecture",
-            f"post-LN transformer encoder shared by all languages, no decoder: {config['num_hidden_layers']} layers, "
-            f"hidden size {config['hidden_size']}, {config['num_attention_heads']} heads, FFN "
-            f"{config['intermediate_size']}",
-        ],
-        ["Sentence vector", f"{config['hidden_size']}-dim mean of the final hidden states (mean pooling)"],
-        [
-            "Training objective",
-            f"eq. 7 of the paper with weights {weights}: the generative task {config.get('generative_task')!r} "
-            "(UGT: single-word masked LM and cross-lingual token reconstruction, predicted from the sentence vector), "
-            "in-batch sentence alignment (inner products) and sentence similarity losses",
-        ],
-    ]
-
-
-CARD_SECTIONS: dict[str, CardSection] = {
-    **{model_type: family.card for model_type, family in FAMILIES.items()},
-    "ldt": CardSection(
-        ("multilingual", "ldt", "lightweight-dual-transformer"), _ldt_summary, _ldt_rows, LDT_CITATION, head="head"
-    ),  # until hf_tlaser/models/ldt/family.py declares it
-}
+CARD_SECTIONS: dict[str, CardSection] = {model_type: family.card for model_type, family in FAMILIES.items()}
 """``model_type`` -> its card section (declared in its folder's ``family.py``, ``hf_tlaser.models.registry``)."""
 
 

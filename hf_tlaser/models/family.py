@@ -87,6 +87,8 @@ class Family:
     config_class: type[PretrainedConfig]
     model_class: type[PreTrainedModel]
     display_name: Callable[[dict], str]
+    presets: Presets
+    card: CardSection
     head_class: type[PreTrainedModel] | None = None
     head_auto: type | None = None
     pooling: str | None = None
@@ -98,8 +100,6 @@ class Family:
     multiway: bool = False
     teacher_head: bool = False
     per_language: bool = False
-    presets: Presets | None = None
-    card: CardSection | None = None
 
     @property
     def trained_class(self) -> type[PreTrainedModel]:

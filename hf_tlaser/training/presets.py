@@ -6,11 +6,11 @@ recipe (``--init-from``) and the members of each capability."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from transformers import PretrainedConfig
 
-from hf_tlaser.models.family import FAIRSEQ_RECIPES, Family, Presets
+from hf_tlaser.models.family import Family
 from hf_tlaser.models.registry import FAMILIES
 
 SIZES = ("paper", "small", "tiny")
@@ -83,40 +83,6 @@ class Preset:
         return self.config_class(**{**self.config_kwargs, "vocab_size": vocab_size, **overrides})
 
 
-# LDT (Mao et al. 2021, sec. 4.1): batches of 128 pairs (max_sentences; max_tokens = 128 x the longest sentence
-# never binds first), Adam at 1e-3 with betas (0.9, 0.999) and the authors' weight decay 1e-5, dropout 0.1 (config
-# default). The authors warm up with pytorch_warmup's untuned linear warm-up (2 / (1 - beta2) = 2000 updates), hold
-# the rate and divide it by 10 after 3 epochs: lr_schedule "step" (docs/training.md, "LDT: the learning-rate
-# schedule"). tiny has cT-LASER tiny's data and token budget (8k BPE, <= 40 tokens, 4000 target tokens per update,
-# one micro-batch, ~180 pairs: the in-batch negatives) on a d=256 encoder, the compute-lite member; small sits
-# between.
-_LDT_SIZES = {
-    "paper": {},
-    "small": dict(hidden_size=384, num_attention_heads=6, intermediate_size=768),
-    "tiny": dict(hidden_size=256, num_attention_heads=4, intermediate_size=512),
-}
-_LDT_ADAM = dict(learning_rate=1e-3, adam_betas=(0.9, 0.999), weight_decay=1e-5, lr_schedule="step", lr_step_epochs=3.0)
-_LDT_RECIPES = {
-    "paper": dict(max_tokens=32000, update_tokens=32000, max_sentences=128, warmup_updates=2000, **_LDT_ADAM),
-    "small": dict(
-        vocab_size=32000,
-        max_tokens=8000,
-        update_tokens=8000,
-        max_sentences=128,
-        warmup_updates=1000,
-        max_grad_norm=1.0,
-        **_LDT_ADAM,
-    ),
-    "tiny": {**FAIRSEQ_RECIPES["tiny"], **_LDT_ADAM},
-}
-_FAMILIES = {
-    **FAMILIES,
-    "ldt": replace(
-        FAMILIES["ldt"], presets=Presets(members={"ldt": {}}, sizes=_LDT_SIZES, recipes=_LDT_RECIPES)
-    ),  # until hf_tlaser/models/ldt/family.py declares its presets
-}
-
-
 # --init-from (docs/training.md, "Warm start"): a 12-layer pretrained encoder costs ~20x a tiny one per pair on a CPU,
 # so one micro-batch of ~1,000 target tokens (~25-35 pairs, the in-batch negatives) per update; sentences of up to 64
 # backbone pieces (news sentences need more pieces than the joint BPE's 40); the decoder, new, at 1e-3 after a short
@@ -151,7 +117,7 @@ class Member:
 
 MEMBERS: dict[str, Member] = {
     name: Member(name, family, variant)
-    for family in _FAMILIES.values()
+    for family in FAMILIES.values()
     for name, variant in family.presets.members.items()
 }
 """``--model`` -> its member: every family's members (``Presets.members``), in the registry's order."""

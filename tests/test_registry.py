@@ -1,5 +1,6 @@
-"""The family registry: each family declared once (``hf_tlaser/models/<folder>/family.py``), and what the rest of the
-package derives from it agrees with the model classes themselves (the probes that training used to run)."""
+"""The family registry: each family declared once (``hf_tlaser/models/<folder>/family.py``: its classes and
+capabilities, its presets, its model card's section), and what the rest of the package derives from it agrees with
+the model classes themselves (the probes that training used to run)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,13 @@ import inspect
 
 import pytest
 import torch
+from transformers import MarianConfig
 
 from hf_tlaser.hub.model_card import CARD_SECTIONS
 from hf_tlaser.model_folders import MODEL_TYPES
 from hf_tlaser.models.common.pooling import POOLING
 from hf_tlaser.models.registry import FAMILIES
+from hf_tlaser.training.families import TRAINERS
 from hf_tlaser.training.presets import (
     BACKBONE_MEMBERS,
     DECODER_VOCAB_MEMBERS,
@@ -19,15 +22,17 @@ from hf_tlaser.training.presets import (
     MEMBERS,
     MODELS,
     MULTIWAY_FAMILIES,
+    SIZES,
     TEACHER_HEAD_MEMBERS,
     get_preset,
 )
 
 
 def test_every_family_has_one_entry_everywhere():
-    assert MODEL_TYPES == tuple(FAMILIES) == ("tlaser", "laser", "yu2018", "ldt", "cnv")
-    assert set(CARD_SECTIONS) == set(FAMILIES)
-    assert {member.family.model_type for member in MEMBERS.values()} == set(FAMILIES)
+    assert MODEL_TYPES == tuple(FAMILIES) == ("tlaser", "laser", "cnv", "yu2018", "ldt")
+    assert tuple(CARD_SECTIONS) == tuple(FAMILIES)
+    # every family has members, listed family after family in the registry's order
+    assert tuple(dict.fromkeys(member.family.model_type for member in MEMBERS.values())) == tuple(FAMILIES)
     assert {t: f.pooling for t, f in FAMILIES.items() if f.pooling} == POOLING  # the saved folders' own table
 
 
@@ -37,6 +42,37 @@ def test_member_lists_follow_the_registry():
     assert BACKBONE_MEMBERS == TEACHER_HEAD_MEMBERS == ("tlaser", "ctlaser", "ldt")
     assert DECODER_VOCAB_MEMBERS == ("tlaser", "ctlaser")
     assert MULTIWAY_FAMILIES == ("tlaser", "ctlaser", "laser1", "laser6", "claser6")
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_every_member_has_every_size(model):
+    """Each family's presets cover every size with config kwargs its config takes and ``Recipe`` fields (cNV: and
+    its NMT pair's), and its data path has a training."""
+    presets = MEMBERS[model].family.presets
+    assert tuple(presets.sizes) == tuple(presets.recipes) == SIZES
+    assert presets.data_path in TRAINERS
+    assert (presets.nmt is not None) == (presets.data_path == "nmt")
+    assert presets.nmt is None or tuple(presets.nmt) == SIZES
+    for size in SIZES:
+        preset = get_preset(model, size)  # builds the Recipe (and NMTPreset): a misspelled field fails here
+        preset.make_config(1000)  # the config checks the values
+        assert set(preset.config_kwargs) <= set(inspect.signature(preset.config_class.__init__).parameters)
+        if preset.nmt is not None:
+            assert set(preset.nmt.config_kwargs) <= set(inspect.signature(MarianConfig.__init__).parameters)
+
+
+@pytest.mark.parametrize("model_type", list(FAMILIES))
+def test_every_family_describes_itself_in_its_card(model_type):
+    """The card section's rows and summary, from the config of the family's tiny preset."""
+    section = CARD_SECTIONS[model_type]
+    assert section.tags and section.citation and "sentence-transformers" not in section.tags
+    member = next(member for member in MEMBERS.values() if member.family.model_type == model_type)
+    config = get_preset(member.name).make_config(1000, languages=["de", "en"]).to_dict()
+    dim = member.family.vector_size(config)
+    rows = section.rows(config, dim)
+    assert [len(row) for row in rows] == [2] * len(rows) and all(isinstance(value, str) for _, value in rows)
+    assert {"Sentence vector", "Training objective"} <= {name for name, _ in rows}
+    assert f"{dim}-dim vector" in section.summary(config, "X", dim, "German, English")
 
 
 @pytest.mark.parametrize("model", [model for model in MODELS if model != "cnv"])

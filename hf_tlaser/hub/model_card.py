@@ -1,5 +1,7 @@
 """Model card (``README.md``) of a trained hf_tlaser folder, filled from ``config.json``, ``hf_tlaser_train.json``,
-``trainer_state.json``, ``tokenizer.json`` and the latest evaluation ``results.json``; every part may be missing.
+``trainer_state.json``, ``tokenizer.json`` and the latest evaluation ``results.json``; every part may be missing. Each
+family's part (its tags, summary, details rows and citation) is declared in its folder (``CardSection``,
+``hf_tlaser.models.registry``); what every card shares is here.
 
 Generated cards carry ``GENERATED_MARKER``; ``write_model_card`` regenerates those and keeps a card the user wrote.
 """
@@ -8,8 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from string import Template
 
@@ -30,6 +30,8 @@ from hf_tlaser.evaluation.report import (
 )
 from hf_tlaser.model_folders import model_name, read_json, sentence_vector_size
 from hf_tlaser.models.common.pooling import describe_modules
+from hf_tlaser.models.family import CardSection
+from hf_tlaser.models.registry import FAMILIES
 from hf_tlaser.version import __version__
 
 from .st_layout import pooling_mode, read_model_config
@@ -51,32 +53,6 @@ EXAMPLES = {
     "it": "Dov'è la stazione ferroviaria?",
 }
 """The usage snippets' example sentence in each language."""
-TLASER_CITATION = """```bibtex
-@inproceedings{li-mak-2020-transformer,
-  title = "Transformer based Multilingual document Embedding model",
-  author = "Li, Wei and Mak, Brian",
-  year = "2020",
-  eprint = "2008.08567",
-  archivePrefix = "arXiv"
-}
-```"""
-CNV_CITATION = (
-    "Wei Li and Brian Mak: cNV, cross-lingual document vectors from the shared layers of a pair of NMT models "
-    "(NV, NTDV) trained with a distance constraint."
-)
-LDT_CITATION = (
-    "Zhuoyuan Mao, Prakhar Gupta, Chenhui Chu, Martin Jaggi and Sadao Kurohashi: Lightweight Cross-Lingual Sentence "
-    "Representation Learning (ACL 2021), the Lightweight Dual Transformer."
-)
-YU2018_CITATION = """```bibtex
-@inproceedings{yu-etal-2018-multilingual,
-  title = "Multilingual Seq2seq Training with Similarity Loss for Cross-Lingual Document Classification",
-  author = "Yu, Katherin and Li, Haoran and Oguz, Barlas",
-  booktitle = "Proceedings of the Third Workshop on Representation Learning for NLP",
-  year = "2018",
-  pages = "175--179"
-}
-```"""
 RESEARCH_ONLY = "research use (no explicit licence)"
 # terms of the corpora in shared/data, from their PROVENANCE.md files
 CORPUS_TERMS = {
@@ -171,52 +147,6 @@ def _lowercases(model_dir: Path) -> bool:
     return '"Lowercase"' in json.dumps(tokenizer.get("normalizer"))
 
 
-def _cnv_details(config: dict, model_dir: Path) -> str:
-    a, b = config["languages"]
-    nmt = {a: config.get("nmt_a_to_b") or {}, b: config.get("nmt_b_to_a") or {}}
-    heads, hidden, vector = config.get("num_summary_heads"), config.get("shared_hidden_size"), config["sentence_vector"]
-    gru = "bidirectional" if config.get("gru_bidirectional") else "unidirectional"
-    beta = float(config.get("distance_beta") or 0)
-    objective = "both translation losses through the shared layers"
-    if beta > 0:
-        objective = (
-            f"(1 - beta) x {objective} + beta x the cNV distance cost (eq. 7-9; beta={beta}, "
-            f"alpha={config.get('distance_alpha') or '2 sqrt(d_h)'}, {config.get('num_negatives')} in-batch negatives)"
-        )
-    else:
-        objective += " (NV: no distance constraint)"
-    if config.get("freeze_nmt", True):
-        objective += "; the NMT parameters stay fixed"
-
-    def nmt_model(src: str, tgt: str) -> str:
-        c = nmt[src]
-        return (
-            f"{src}->{tgt}: {c.get('model_type')}, {c.get('encoder_layers')} encoder + {c.get('decoder_layers')} "
-            f"decoder layers, width {c.get('d_model')}, {c.get('vocab_size')}-token vocabulary"
-        )
-
-    rows = [
-        ["NMT pair", f"{nmt_model(a, b)}; {nmt_model(b, a)}"],
-        [
-            "Shared layers",
-            f"a {gru} GRU ({hidden} units) and a {heads}-head self-attentive summary between each NMT encoder and "
-            "its decoder",
-        ],
-        [
-            "Sentence vector",
-            f"cNV_{vector}: the {heads} context vectors {'concatenated' if vector == 'con' else 'summed'}, "
-            f"{sentence_vector_size(config)} dimensions, from the encoder of the text's own language (no translation)",
-        ],
-        ["Training objective", objective],
-        ["Maximum input length", f"{nmt[a].get('max_position_embeddings')} tokens (the NMT encoders' positions)"],
-        ["Languages", f"{a}, {b}"],
-    ]
-    counts = trainable_parameters(model_dir, config)
-    if counts:
-        rows.append(["Parameters", f"{counts[0]:,}, of which {counts[1]:,} trained"])
-    return _table(["", ""], rows)
-
-
 def carried_modules(config: dict) -> str:
     """The modules after pooling that a backbone carried (``config.sentence_modules``), in words; "" without."""
     modules = config.get("sentence_modules")
@@ -262,22 +192,17 @@ def _warm_rows(config: dict, rows: list[list[str]]) -> list[list[str]]:
     return rows + ([["Prompt", prompt_note(config)]] if config.get("prompt") else [])
 
 
-def _ldt_details(config: dict, model_dir: Path) -> str:
-    weights = (config.get("generative_loss_weight"), config.get("align_loss_weight"), config.get("sim_loss_weight"))
-    rows = [
-        [
-            "Architecture",
-            f"post-LN transformer encoder shared by all languages, no decoder: {config['num_hidden_layers']} layers, "
-            f"hidden size {config['hidden_size']}, {config['num_attention_heads']} heads, FFN "
-            f"{config['intermediate_size']}",
-        ],
-        ["Sentence vector", f"{config['hidden_size']}-dim mean of the final hidden states (mean pooling)"],
-        [
-            "Training objective",
-            f"eq. 7 of the paper with weights {weights}: the generative task {config.get('generative_task')!r} "
-            "(UGT: single-word masked LM and cross-lingual token reconstruction, predicted from the sentence vector), "
-            "in-batch sentence alignment (inner products) and sentence similarity losses",
-        ],
+def _details(section: CardSection, config: dict, model_dir: Path, dim: int) -> str:
+    """The details table: the family's rows (``CardSection.rows``); with one encoder, then its vocabulary, longest
+    input and languages (a warm start's backbone replacing some, ``_warm_rows``) and its parameters; with one encoder
+    per language (cNV), then its trained parameters."""
+    rows = section.rows(config, dim)
+    if model_languages(config) is not None:
+        counts = trainable_parameters(model_dir, config)
+        if counts:
+            rows.append(["Parameters", f"{counts[0]:,}, of which {counts[1]:,} trained"])
+        return _table(["", ""], rows)
+    rows += [
         [
             "Vocabulary",
             f"joint BPE, {config['vocab_size']} tokens" + (", lowercased" if _lowercases(model_dir) else ""),
@@ -288,88 +213,8 @@ def _ldt_details(config: dict, model_dir: Path) -> str:
     rows = _warm_rows(config, rows)
     counts = _checkpoint_parameters(model_dir)
     if counts:
-        rows.append(["Parameters", f"{counts[0] / 1e6:.1f}M in the encoder ({counts[1] / 1e6:.1f}M with the head)"])
-    return _table(["", ""], rows)
-
-
-def _yu2018_details(config: dict, model_dir: Path) -> str:
-    pooling = {"mean": "mean", "max": "max", "self_attention": "one-hop self-attention (Lin et al. 2017)"}
-    objective = (
-        "multilingual translation in both directions of each bilingual batch through an LSTM decoder without "
-        "attention that sees only the sentence vector and the target-language token"
-    )
-    if float(config.get("similarity_weight") or 0) > 0:
-        objective += f", plus the similarity loss ||h(s) - h(t)||^2 (alpha={config['similarity_weight']})"
-    if float(config.get("encoder_l2_weight") or 0) > 0:
-        objective += f", plus an L2 penalty on the encoder weights ({config['encoder_l2_weight']})"
-    rows = [
-        [
-            "Architecture",
-            f"LSTM encoder: a bidirectional layer of {config['encoder_hidden_size']} units per direction, then a "
-            f"layer of {config['hidden_size']} units; {config['embed_dim']}-dim token embeddings",
-        ],
-        [
-            "Sentence vector",
-            f"{config['hidden_size']}-dim {pooling[config.get('pooling', 'mean')]} over the top encoder states",
-        ],
-        ["Training objective", objective],
-        [
-            "Vocabulary",
-            f"joint BPE, {config['vocab_size']} tokens" + (", lowercased" if _lowercases(model_dir) else ""),
-        ],
-        ["Maximum input length", f"{config.get('max_position_embeddings')} tokens (incl. STR_TAG and </s>)"],
-        ["Languages", ", ".join(trained_languages(config))],
-    ]
-    rows = _warm_rows(config, rows)
-    counts = _checkpoint_parameters(model_dir)
-    if counts:
-        rows.append(["Parameters", f"{counts[0] / 1e6:.1f}M in the encoder ({counts[1] / 1e6:.1f}M with the decoder)"])
-    return _table(["", ""], rows)
-
-
-def _tlaser_details(config: dict, model_dir: Path) -> str:
-    dim = sentence_vector_size(config)
-    architecture = (
-        f"pre-LN transformer encoder: {config['num_hidden_layers']} layers, hidden size {dim}, "
-        f"{config['num_attention_heads']} heads, FFN {config['intermediate_size']}"
-    )
-    vector = f"{dim}-dim final encoder output at the STR_TAG position (CLS pooling)"
-    return _translation_details(config, model_dir, architecture, vector)
-
-
-def _laser_details(config: dict, model_dir: Path) -> str:
-    architecture = (
-        f"BiLSTM encoder: {config.get('num_layers', 1)} layer(s), {config['lstm_hidden_size']} units per "
-        f"direction, {config.get('embed_dim')}-dim token embeddings"
-    )
-    vector = f"{sentence_vector_size(config)}-dim max over the BiLSTM outputs of all tokens (max pooling)"
-    return _translation_details(config, model_dir, architecture, vector)
-
-
-def _translation_details(config: dict, model_dir: Path, architecture: str, vector: str) -> str:
-    """The details of T-LASER and LASER: their encoder (``architecture``, ``vector``) and their shared objective."""
-    beta = float(config.get("distance_beta") or 0)
-    objective = "multilingual translation through a decoder that sees only the sentence vector"
-    if beta > 0:
-        objective += f", plus the cT-LASER distance constraint (beta={beta}, alpha={config.get('distance_alpha')})"
-    align = float(config.get("align_loss_weight") or 0)
-    if align > 0:
-        objective += f", plus an in-batch contrastive alignment loss (weight {align}, per pair)"
-    rows = [
-        ["Architecture", architecture],
-        ["Sentence vector", vector],
-        ["Training objective", objective],
-        [
-            "Vocabulary",
-            f"joint BPE, {config['vocab_size']} tokens" + (", lowercased" if _lowercases(model_dir) else ""),
-        ],
-        ["Maximum input length", f"{config.get('max_position_embeddings')} tokens (incl. STR_TAG and </s>)"],
-        ["Languages", ", ".join(trained_languages(config))],
-    ]
-    rows = _warm_rows(config, rows)
-    counts = _checkpoint_parameters(model_dir)
-    if counts:
-        rows.append(["Parameters", f"{counts[0] / 1e6:.1f}M in the encoder ({counts[1] / 1e6:.1f}M with the decoder)"])
+        size = f"{counts[0] / 1e6:.1f}M in the encoder ({counts[1] / 1e6:.1f}M with the {section.head})"
+        rows.append(["Parameters", size])
     return _table(["", ""], rows)
 
 
@@ -469,78 +314,8 @@ def _limitations(config: dict, train: dict | None) -> str:
     return "\n".join(f"- {item}" for item in items)
 
 
-def _cnv_summary(config: dict, name: str, dim: int, names: str) -> str:
-    constraint = "with" if float(config.get("distance_beta") or 0) > 0 else "NV: without"
-    frozen = "frozen " if config.get("freeze_nmt", True) else ""
-    return (
-        f"A {name} bilingual sentence encoder (Li & Mak, NMT-framework document vectors; {constraint} the "
-        f"distance constraint) trained with hf_tlaser: shared layers over a pair of {frozen}NMT models give one "
-        f"{dim}-dim vector per sentence or document for {names}, each language through its own encoder."
-    )
-
-
-def _yu2018_summary(config: dict, name: str, dim: int, names: str) -> str:
-    return (
-        f"A {name} multilingual sentence encoder (Yu, Li & Oguz 2018, *Multilingual seq2seq training with "
-        f"similarity loss for cross-lingual document classification*) trained with hf_tlaser: one {dim}-dim "
-        f"vector per sentence or document for {names}."
-    )
-
-
-def _ldt_summary(config: dict, name: str, dim: int, names: str) -> str:
-    return (
-        f"An {name} multilingual sentence encoder (Mao et al. 2021, *Lightweight Cross-Lingual Sentence "
-        f"Representation Learning*) trained with hf_tlaser: one {dim}-dim vector per sentence or document for "
-        f"{names}."
-    )
-
-
-def _tlaser_summary(config: dict, name: str, dim: int, names: str) -> str:
-    return (
-        f"A {name} multilingual sentence encoder (Li & Mak 2020, *Transformer based Multilingual document "
-        f"Embedding model*) trained with hf_tlaser: one {dim}-dim vector per sentence or document for {names}."
-    )
-
-
-@dataclass(frozen=True)
-class CardSection:
-    """A family's part of its model card: the Hub tags, the summary (from the config, the model's name, the sentence
-    vector's width and the languages' names), the details table and the citation."""
-
-    tags: tuple[str, ...]
-    summary: Callable[[dict, str, int, str], str]
-    details: Callable[[dict, Path], str]
-    citation: str
-
-
-_ENCODER_TAGS = ("sentence-transformers", "feature-extraction", "sentence-similarity")
-CARD_SECTIONS: dict[str, CardSection] = {
-    "tlaser": CardSection(
-        (*_ENCODER_TAGS, "t-laser", "multilingual"), _tlaser_summary, _tlaser_details, TLASER_CITATION
-    ),
-    "laser": CardSection(
-        (*_ENCODER_TAGS, "t-laser", "multilingual", "laser"), _tlaser_summary, _laser_details, TLASER_CITATION
-    ),
-    "yu2018": CardSection(
-        (*_ENCODER_TAGS, "multilingual", "yu2018", "seq2seq-similarity-loss"),
-        _yu2018_summary,
-        _yu2018_details,
-        YU2018_CITATION,
-    ),
-    "ldt": CardSection(
-        (*_ENCODER_TAGS, "multilingual", "ldt", "lightweight-dual-transformer"),
-        _ldt_summary,
-        _ldt_details,
-        LDT_CITATION,
-    ),
-    "cnv": CardSection(
-        ("feature-extraction", "sentence-similarity", "cnv", "bilingual", "translation-encoders"),
-        _cnv_summary,
-        _cnv_details,
-        CNV_CITATION,
-    ),
-}
-"""``model_type`` -> its card section (one entry per family of ``hf_tlaser.models.registry``)."""
+CARD_SECTIONS: dict[str, CardSection] = {model_type: family.card for model_type, family in FAMILIES.items()}
+"""``model_type`` -> its card section (declared in its folder's ``family.py``, ``hf_tlaser.models.registry``)."""
 
 
 def load_results(model_dir: str | os.PathLike, results: str | os.PathLike | dict | None = None) -> dict | None:
@@ -570,9 +345,9 @@ def render_model_card(
     languages = trained_languages(config)
     corpora = _corpora(train)
     section = CARD_SECTIONS[config["model_type"]]
-    tags = list(section.tags)
-    if "sentence-transformers" in tags and pooling_mode(config) is None:  # self-attention pooling: no layout
-        tags.remove("sentence-transformers")
+    tags = ["feature-extraction", "sentence-similarity", *section.tags]
+    if model_languages(config) is None and pooling_mode(config) is not None:  # none for cNV, self-attention pooling
+        tags.insert(0, "sentence-transformers")
     metadata = ModelCardData(
         language=languages,
         license="apache-2.0",
@@ -592,7 +367,7 @@ def render_model_card(
         marker=GENERATED_MARKER,
         title=f"{name}: {repo_id.split('/')[-1]}",
         summary=summary,
-        details=section.details(config, folder),
+        details=_details(section, config, folder, dim),
         language_names=names,
         usage=_usage(config, repo_id),
         training=_training(train, state),

@@ -1,5 +1,6 @@
 """Every model family, one entry each: the ``FAMILY`` of its folder (``hf_tlaser/models/<folder>/family.py``).
-Adding a family is a folder with its ``family.py`` and one line here."""
+Adding a family is a folder with its ``family.py`` (its classes and capabilities, its presets and its model card's
+section) and its entry here."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from hf_tlaser.models.ldt.family import FAMILY as LDT
 from hf_tlaser.models.tlaser.family import FAMILY as TLASER
 from hf_tlaser.models.yu2018.family import FAMILY as YU2018
 
-FAMILIES: dict[str, Family] = {family.model_type: family for family in (TLASER, LASER, YU2018, LDT, CNV)}
-"""``model_type`` -> its family."""
+FAMILIES: dict[str, Family] = {family.model_type: family for family in (TLASER, LASER, CNV, YU2018, LDT)}
+"""``model_type`` -> its family, in the order of their members in ``--model``."""
 
 
 def family_of(config) -> Family | None:

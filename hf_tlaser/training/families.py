@@ -1,4 +1,4 @@
-"""Which training each ``--model`` runs: its member's data path (``presets.MEMBERS``) picks it in ``TRAINERS``:
+"""Which training each ``--model`` runs: its family's data path (``Presets.data_path``) picks it in ``TRAINERS``:
 one joint BPE (``train_joint``), or an NMT pair and then the shared layers over it (cNV, ``train_cnv``)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from hf_tlaser.training.spec import RunSpec
 from hf_tlaser.training.trainer import LaserTrainer
 
 TRAINERS: dict[str, Callable[[RunSpec], LaserTrainer]] = {"joint": train_joint, "nmt": train_cnv}
-"""Data path (``Member.data_path``) -> its training."""
+"""Data path (``Presets.data_path``, declared in the family's folder) -> its training."""
 
 
 def train(spec: RunSpec) -> LaserTrainer:
@@ -22,4 +22,4 @@ def train(spec: RunSpec) -> LaserTrainer:
     family does not take (``RunSpec.check_families``).
     """
     spec.check_families()
-    return TRAINERS[MEMBERS[spec.model].data_path](spec)
+    return TRAINERS[MEMBERS[spec.model].family.presets.data_path](spec)

@@ -1,12 +1,12 @@
-"""Model and recipe presets: ``paper`` (Table 1 sizes, fairseq recipe), ``small`` and ``tiny`` (a few CPU minutes)
-for each model family: ``tlaser``, ``ctlaser``, ``laser1``, ``laser6``, ``claser6``, and ``cnv`` (Li & Mak: the
-shared layers over a frozen bilingual NMT pair, whose Marian sizes and recipe are the preset's ``nmt``), and
-``yu2018`` (Yu et al. 2018: LSTM seq2seq with similarity loss); ``ldt`` (Mao et al. 2021: the Lightweight Dual
-Transformer, a 2-layer encoder trained without a decoder)."""
+"""The presets of every ``--model`` at every size (``paper``: Table 1 sizes and the fairseq recipe; ``small``;
+``tiny``: a few CPU minutes), built from the family registry: each family declares its members, sizes, recipes and
+data path as plain data in its folder (``hf_tlaser/models/<folder>/family.py``, ``Presets``), and here they become
+``Preset``s (config class and kwargs, trained class, ``Recipe``; cNV's NMT pair, ``NMTPreset``). Also the warm-start
+recipe (``--init-from``) and the members of each capability."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from transformers import PretrainedConfig
 
@@ -83,165 +83,6 @@ class Preset:
         return self.config_class(**{**self.config_kwargs, "vocab_size": vocab_size, **overrides})
 
 
-_TLASER_SIZES = {
-    "paper": {},
-    "small": dict(
-        hidden_size=512,
-        num_hidden_layers=6,
-        num_attention_heads=8,
-        intermediate_size=2048,
-        decoder_attention_heads=8,
-        decoder_ffn_dim=2048,
-        dropout=0.1,
-        init_style="fairseq",  # at d=512 N(0, 0.02) is 2.2x below xavier scale
-    ),
-    # measured on 2 CPU cores (docs/learning_curves.md): as wide as a few minutes allow; fairseq's scale-aware init
-    # (N(0, 0.02) left the position-0 vectors collapsed); the alignment loss is on because translation alone left
-    # the sentence vectors collapsed (mean cosine ~0.97) at this budget; no dropout: these runs stay below one epoch
-    # (0.69 after the main job's 800 updates), and dropout 0.1 cost 6.5 NTREX points and 3.6 SIB-200 cross points
-    # at 100k pairs seen (and ~10 % of the update time)
-    "tiny": dict(
-        init_style="fairseq",
-        hidden_size=192,
-        num_hidden_layers=3,
-        num_attention_heads=4,
-        intermediate_size=768,
-        decoder_attention_heads=4,
-        decoder_ffn_dim=768,
-        dropout=0.0,
-        align_loss_weight=1.0,
-    ),
-}
-_LASER_SIZES = {
-    "paper": {},
-    "small": dict(embed_dim=256, lstm_hidden_size=256, decoder_hidden_size=1024, dropout=0.1),
-    "tiny": dict(embed_dim=128, lstm_hidden_size=96, decoder_hidden_size=384, dropout=0.1, align_loss_weight=1.0),
-}
-_RECIPES = {
-    "paper": Recipe(),
-    "small": Recipe(vocab_size=32000, max_tokens=4000, update_tokens=32000, learning_rate=7e-4, warmup_updates=2000),
-    "tiny": Recipe(
-        vocab_size=8000,
-        max_tokens=4000,  # one micro-batch per update: ~180 pairs, the in-batch negatives of the alignment loss
-        update_tokens=4000,
-        learning_rate=2e-3,
-        warmup_updates=100,
-        max_sentence_tokens=40,
-        max_grad_norm=1.0,
-        max_lines=60000,
-    ),
-}
-# Yu 2018 (sec. 2): paper = its sizes (85k vocabulary, BiLSTM 512 + LSTM 1024, decoder 1024) and gradient clipping
-# at 5; tiny is as wide as LASER's tiny (192-dim sentence vectors, 128-dim embeddings, decoder 384); alpha: see
-# Yu2018Config.similarity_weight
-_YU2018_SIZES = {
-    "paper": {},
-    "small": dict(embed_dim=256, encoder_hidden_size=256, hidden_size=512, decoder_hidden_size=1024),
-    "tiny": dict(
-        embed_dim=128, encoder_hidden_size=96, hidden_size=192, decoder_hidden_size=384, self_attention_dim=64
-    ),
-}
-_YU2018_RECIPES = {  # gradient clipping at max norm 5 (sec. 2); the paper's 85k vocabulary
-    "paper": replace(_RECIPES["paper"], vocab_size=85000, max_grad_norm=5.0),
-    "small": replace(_RECIPES["small"], max_grad_norm=5.0),
-    "tiny": replace(_RECIPES["tiny"], max_grad_norm=5.0),
-}
-# cNV (Li & Mak, sec. 3): the shared layers (d_h 1024, r 4, N_s 20, beta 0.5, alpha 2 sqrt(d_h) = the config
-# default) trained with Adam on batches of 80 sentence pairs (of at most 50 tokens) for 5 epochs over the frozen
-# NMT pair; the NMT models: vocabulary 85,000, word embeddings 500, hidden size 1024, batches of 80, Adam. Their
-# NMT models are attention RNNs; here they are Marian transformers, whose word embedding width is d_model (500,
-# 10 heads of 50) and whose hidden layers are the 1024-wide feed-forward layers.
-_CNV_SIZES = {
-    "paper": {},
-    "small": dict(shared_hidden_size=512),
-    "tiny": dict(shared_hidden_size=256, num_negatives=10),
-}
-
-
-def _marian(d_model: int, heads: int, ffn: int, layers: int) -> dict:
-    return dict(
-        d_model=d_model,
-        encoder_attention_heads=heads,
-        decoder_attention_heads=heads,
-        encoder_ffn_dim=ffn,
-        decoder_ffn_dim=ffn,
-        encoder_layers=layers,
-        decoder_layers=layers,
-        dropout=0.1,
-    )
-
-
-_NMT_RECIPE = dict(weight_decay=0.0, max_grad_norm=1.0)
-_NMT = {
-    "paper": NMTPreset(
-        _marian(500, 10, 1024, 6),
-        Recipe(max_tokens=4000, update_tokens=4000, max_sentences=80, warmup_updates=4000, **_NMT_RECIPE),
-        steps=100_000,
-    ),
-    "small": NMTPreset(
-        _marian(256, 4, 1024, 4),
-        Recipe(max_tokens=4000, update_tokens=8000, learning_rate=1e-3, warmup_updates=1000, **_NMT_RECIPE),
-        steps=10_000,
-    ),
-    # measured on 2 CPU cores (docs/training.md): ~0.9 s per update, cross entropy 9.3 -> 5.7 in 200 updates
-    "tiny": NMTPreset(
-        _marian(256, 4, 1024, 3),
-        Recipe(max_tokens=2000, update_tokens=2000, learning_rate=1e-3, warmup_updates=100, **_NMT_RECIPE),
-        steps=200,
-    ),
-}
-# stage 2: plain Adam (the paper's optimiser) on batches of at most 80 sentence pairs
-_CNV_ADAM = dict(max_sentences=80, learning_rate=1e-3, adam_betas=(0.9, 0.999), weight_decay=0.0, max_grad_norm=1.0)
-_CNV_RECIPES = {
-    "paper": Recipe(
-        vocab_size=85000, max_tokens=4000, update_tokens=4000, warmup_updates=1000, max_sentence_tokens=50, **_CNV_ADAM
-    ),
-    "small": Recipe(
-        vocab_size=32000, max_tokens=4000, update_tokens=4000, warmup_updates=500, max_sentence_tokens=50, **_CNV_ADAM
-    ),
-    "tiny": Recipe(
-        vocab_size=8000,
-        max_tokens=2000,
-        update_tokens=2000,
-        warmup_updates=50,
-        max_sentence_tokens=40,
-        max_lines=60000,
-        **_CNV_ADAM,
-    ),
-}
-# distance-constraint settings of the c* models (the T-LASER / LASER configs default to beta=0.25, lambda=beta/2)
-_PLAIN = dict(distance_beta=0.0)
-_CONSTRAINED = dict(distance_beta=0.25)
-
-
-# LDT (Mao et al. 2021, sec. 4.1): batches of 128 pairs (max_sentences; max_tokens = 128 x the longest sentence
-# never binds first), Adam at 1e-3 with betas (0.9, 0.999) and the authors' weight decay 1e-5, dropout 0.1 (config
-# default). The authors warm up with pytorch_warmup's untuned linear warm-up (2 / (1 - beta2) = 2000 updates), hold
-# the rate and divide it by 10 after 3 epochs: lr_schedule "step" (docs/training.md, "LDT: the learning-rate
-# schedule"). tiny has cT-LASER tiny's data and token budget (8k BPE, <= 40 tokens, 4000 target tokens per update,
-# one micro-batch, ~180 pairs: the in-batch negatives) on a d=256 encoder, the compute-lite member; small sits
-# between.
-_LDT_SIZES = {
-    "paper": {},
-    "small": dict(hidden_size=384, num_attention_heads=6, intermediate_size=768),
-    "tiny": dict(hidden_size=256, num_attention_heads=4, intermediate_size=512),
-}
-_LDT_ADAM = dict(learning_rate=1e-3, adam_betas=(0.9, 0.999), weight_decay=1e-5, lr_schedule="step", lr_step_epochs=3.0)
-_LDT_RECIPES = {
-    "paper": Recipe(max_tokens=32000, update_tokens=32000, max_sentences=128, warmup_updates=2000, **_LDT_ADAM),
-    "small": Recipe(
-        vocab_size=32000,
-        max_tokens=8000,
-        update_tokens=8000,
-        max_sentences=128,
-        warmup_updates=1000,
-        max_grad_norm=1.0,
-        **_LDT_ADAM,
-    ),
-    "tiny": replace(_RECIPES["tiny"], **_LDT_ADAM),
-}
-
-
 # --init-from (docs/training.md, "Warm start"): a 12-layer pretrained encoder costs ~20x a tiny one per pair on a CPU,
 # so one micro-batch of ~1,000 target tokens (~25-35 pairs, the in-batch negatives) per update; sentences of up to 64
 # backbone pieces (news sentences need more pieces than the joint BPE's 40); the decoder, new, at 1e-3 after a short
@@ -254,45 +95,32 @@ WARM_FREEZE_UPDATES = 0
 
 @dataclass(frozen=True)
 class Member:
-    """A ``--model``: its family (the model-side facts, ``hf_tlaser.models.registry``), the config values that make it
-    this member (``variant``: cT-LASER's distance constraint, LASER's depth), its sizes and recipes, and its data
-    path (``joint``: one joint BPE, ``training.joint``; ``nmt``: an NMT pair first, ``training.cnv``)."""
+    """A ``--model``: its family (``hf_tlaser.models.registry``; its ``presets`` hold the member's sizes, recipes and
+    data path) and the config values that make it this member (``variant``: cT-LASER's distance constraint, LASER's
+    depth)."""
 
     name: str
     family: Family
-    sizes: dict[str, dict]
-    recipes: dict[str, Recipe]
-    variant: dict = field(default_factory=dict)
-    nmt: dict[str, NMTPreset] | None = None
-    data_path: str = "joint"
+    variant: dict
 
     def preset(self, size: str) -> Preset:
         """This member at ``size`` (fresh copies: a caller may change them)."""
-        nmt = self.nmt and self.nmt[size]
-        if nmt is not None:
-            nmt = replace(nmt, config_kwargs=dict(nmt.config_kwargs), recipe=replace(nmt.recipe))
-        kwargs = {**self.sizes[size], **self.variant}
-        family = self.family
-        return Preset(
-            f"{self.name}-{size}", family.config_class, family.trained_class, kwargs, replace(self.recipes[size]), nmt
-        )
+        family, presets = self.family, self.family.presets
+        nmt = None
+        if presets.nmt is not None:
+            values = presets.nmt[size]
+            nmt = NMTPreset(dict(values["config_kwargs"]), Recipe(**values["recipe"]), values["steps"])
+        kwargs = {**presets.sizes[size], **self.variant}
+        recipe = Recipe(**presets.recipes[size])
+        return Preset(f"{self.name}-{size}", family.config_class, family.trained_class, kwargs, recipe, nmt)
 
 
 MEMBERS: dict[str, Member] = {
-    member.name: member
-    for member in (
-        Member("tlaser", FAMILIES["tlaser"], _TLASER_SIZES, _RECIPES, _PLAIN),
-        Member("ctlaser", FAMILIES["tlaser"], _TLASER_SIZES, _RECIPES, _CONSTRAINED),
-        Member("laser1", FAMILIES["laser"], _LASER_SIZES, _RECIPES, {"num_layers": 1, **_PLAIN}),
-        Member("laser6", FAMILIES["laser"], _LASER_SIZES, _RECIPES, {"num_layers": 6, **_PLAIN}),
-        Member("claser6", FAMILIES["laser"], _LASER_SIZES, _RECIPES, {"num_layers": 6, **_CONSTRAINED}),
-        Member("cnv", FAMILIES["cnv"], _CNV_SIZES, _CNV_RECIPES, nmt=_NMT, data_path="nmt"),
-        Member("yu2018", FAMILIES["yu2018"], _YU2018_SIZES, _YU2018_RECIPES),
-        Member("ldt", FAMILIES["ldt"], _LDT_SIZES, _LDT_RECIPES),
-    )
+    name: Member(name, family, variant)
+    for family in FAMILIES.values()
+    for name, variant in family.presets.members.items()
 }
-"""``--model`` -> its member; adding a family is its folder (``hf_tlaser.models``), its entry in the models' registry,
-and its members here."""
+"""``--model`` -> its member: every family's members (``Presets.members``), in the registry's order."""
 MODELS = tuple(MEMBERS)
 
 
@@ -301,7 +129,7 @@ def members(capability: str) -> tuple[str, ...]:
     return tuple(name for name, member in MEMBERS.items() if getattr(member.family, capability))
 
 
-JOINT_BPE = tuple(name for name, member in MEMBERS.items() if member.data_path == "joint")
+JOINT_BPE = tuple(name for name, member in MEMBERS.items() if member.family.presets.data_path == "joint")
 """The families trained on one joint BPE (``hf_tlaser.training.joint``); cnv trains over its NMT pair's own
 tokenizers."""
 DECODER_VOCAB_MEMBERS = members("decoder_vocab")

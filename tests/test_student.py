@@ -1,6 +1,7 @@
 """A layer-reduced student (``--init-from SPEC --init-layers N``): the kept layers, renumbered, carry the pretrained
 weights of the layers they name; a run with ``--teacher`` the full model trains, saves a folder of the reduced depth
-that loads in a fresh process without hf_tlaser, and bad values are one line before any data is read."""
+that loads in a fresh process without hf_tlaser, and bad values are one line before any data is read. Frozen word
+embeddings (``--freeze-word-embeddings``) stay the start's while the rest trains."""
 
 from __future__ import annotations
 
@@ -117,3 +118,16 @@ def test_init_layers_needs_init_from_and_a_valid_choice(st_dir, tmp_path, capsys
     assert main(train_args(tmp_path / "b", st_dir, "--init-layers", "3")) == 2
     err = capsys.readouterr().err.strip()
     assert "--init-layers '3'" in err and len(err.splitlines()) == 1 and not (tmp_path / "b").exists()
+
+
+def test_frozen_word_embeddings_keep_the_starts_and_the_rest_trains(st_dir, tmp_path, capsys):
+    out = tmp_path / "frozen"
+    assert main(train_args(out, st_dir, "--max-steps", "2", "--freeze-word-embeddings")) == 0
+    start = AutoModel.from_pretrained(st_dir).state_dict()
+    trained = TLaserModel.from_pretrained(out).backbone.state_dict()
+    name = "embeddings.word_embeddings.weight"
+    assert torch.equal(trained[name], start[name].to(trained[name].dtype))
+    layer = "encoder.layer.0.output.dense.weight"
+    assert not torch.equal(trained[layer], start[layer].to(trained[layer].dtype))
+    assert main(["--model", "ctlaser", "--output-dir", str(tmp_path / "a"), "--freeze-word-embeddings"]) == 2
+    assert "--freeze-word-embeddings: only with --init-from" in capsys.readouterr().err

@@ -213,6 +213,13 @@ class RunSpec:
         "DistilBERT starts its student), or the listed ones (0-based, ascending) (default: all)",
     )
     """A layer-reduced student of the ``--init-from`` model (``warm.student_layers``)."""
+    freeze_word_embeddings: bool = flag(
+        False,
+        families=BACKBONE_MEMBERS,
+        help="--init-from: the pretrained word embeddings get no gradient and no optimizer state for the whole run "
+        "(the largest matrix of a multilingual encoder: its gradient and Adam step are a large part of a CPU update); "
+        "a weight tied to them (LDT's generative output, --set tie_decoder_to_encoder=true) stays too",
+    )
     pooling: str | None = flag(
         None,
         families=BACKBONE_MEMBERS,

@@ -500,6 +500,8 @@ class WarmStart(Plugin):
     def attach(self, built: Built):
         if not built.resumed:
             self.backbone.load_into(built.model.encoder)
+        if self.spec.freeze_word_embeddings:  # before the optimizer is built: it then holds no state for them
+            built.model.encoder.get_input_embeddings().weight.requires_grad_(False)
         if not self.spec.streaming:
             texts = built.dataset.dataset
             samples = {lang: list(islice(filter(None, texts[lang]), UNK_SAMPLE)) for lang in built.plan.languages}

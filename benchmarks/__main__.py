@@ -11,6 +11,7 @@ import argparse
 import importlib
 import inspect
 import json
+import re
 import shlex
 import sys
 import time
@@ -139,10 +140,17 @@ def gpu_header(info: dict) -> list[str]:
     ]
 
 
+KEPT_SECTION = re.compile(r"## 8\. Inference backends.*?<!-- backends:end -->", re.S)
+"""The section ``scripts/bench_backends.py`` writes (a trained model's backends), kept when the suite rewrites the
+report."""
+
+
 def write_report(results: Sequence[BenchResult], output: Path, command: str, size: str, device: str = "cpu") -> Path:
     """Write ``output`` (markdown) and the JSON next to it; return the JSON path."""
     info = machine_info(MATMUL_N[size], device=device, cuda_matmul_n=CUDA_MATMUL_N[size])
-    output.write_text(render_markdown(results, info, command, size))
+    kept = KEPT_SECTION.search(output.read_text(encoding="utf-8")) if output.is_file() else None
+    text = render_markdown(results, info, command, size)
+    output.write_text(text.rstrip() + "\n\n" + kept.group(0) + "\n" if kept else text)
     json_path = output.with_suffix(".json")
     payload = {
         "command": command,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 import shutil
 import sys
 from pathlib import Path
@@ -108,7 +109,9 @@ def test_onnx_fp32_and_int8_match_torch(folder):
 def test_openvino_fp32_and_int8_match_torch(folder):
     needs("onnx", "onnxruntime", "openvino", "nncf")
     reference = torch_vectors(folder)
+    levels = [handler.level for handler in logging.getLogger().handlers]
     assert run_cli([str(folder), "--backend", "openvino", "--quantize", "int8"]) == 0
+    assert [handler.level for handler in logging.getLogger().handlers] == levels  # nncf left them alone
     fp32 = pooled_vectors(folder, backends.openvino_runner(folder / backends.OPENVINO_FILE))
     assert np.abs(fp32 - reference).max() < FP32_TOL
     assert np.abs(backend_vectors(folder, "openvino") - reference).max() < FP32_TOL

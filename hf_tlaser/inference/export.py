@@ -189,8 +189,16 @@ def compress_openvino(xml_path: Path, target_path: Path) -> None:
     import nncf
     import openvino as ov
 
-    nncf.set_log_level(logging.ERROR)  # its per-layer table on stdout
-    compressed = nncf.compress_weights(ov.Core().read_model(str(xml_path)), mode=nncf.CompressWeightsMode.INT8_ASYM)
+    # its per-layer table: quiet on nncf's logger only, for this call (nncf.set_log_level would also change the level
+    # of every handler that logger holds, the application's included)
+    nncf_logger = logging.getLogger("nncf")
+    level = nncf_logger.level
+    nncf_logger.setLevel(logging.ERROR)
+    try:
+        model = ov.Core().read_model(str(xml_path))
+        compressed = nncf.compress_weights(model, mode=nncf.CompressWeightsMode.INT8_ASYM)
+    finally:
+        nncf_logger.setLevel(level)
     ov.save_model(compressed, str(target_path), compress_to_fp16=False)
 
 

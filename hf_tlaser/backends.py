@@ -9,7 +9,9 @@ Backends (``BACKENDS``):
   (``onnx/model_qint8_avx512_vnni.onnx``, ``model_quint8_avx2.onnx``, ...; ``onnx_int8_file``);
 * ``openvino``: ``openvino/openvino_model.xml``; ``precision`` "fp32" computes in fp32, "bf16" and "auto" leave the
   CPU plugin its default (bf16 where the CPU runs it natively);
-* ``openvino-int8``: ``openvino/openvino_model_qint8_quantized.xml`` (int8 weights).
+* ``openvino-int8``: ``openvino/openvino_model_qint8_quantized.xml`` (int8 weights);
+* ``openvino-int8-static``: ``openvino/openvino_model_qint8_static.xml`` (int8 weights and activations, their ranges
+  calibrated on a few hundred sentences).
 
 The exported graph gives the encoder's per-token final states; the folder's pooling (``cls`` / ``mean``) and the
 modules a backbone carried after it (``Dense``, ``Normalize``) are applied here, as sentence-transformers applies its
@@ -45,7 +47,7 @@ from hf_tlaser.models.common.pooling import (
 )
 from hf_tlaser.models.registry import FAMILIES
 
-BACKENDS = ("torch", "onnx", "onnx-int8", "openvino", "openvino-int8")
+BACKENDS = ("torch", "onnx", "onnx-int8", "openvino", "openvino-int8", "openvino-int8-static")
 EXPORTED = ("tlaser", "ldt")
 """model_types whose encoder exports: T-LASER / cT-LASER (own layers or a pretrained backbone) and LDT. LASER's and
 Yu 2018's recurrent encoders (packed sequences) do not."""
@@ -60,6 +62,7 @@ RUNTIMES = {"onnx": "onnxruntime", "openvino": "openvino"}
 ONNX_FILE = "onnx/model.onnx"
 OPENVINO_FILE = "openvino/openvino_model.xml"
 OPENVINO_INT8_FILE = "openvino/openvino_model_qint8_quantized.xml"
+OPENVINO_STATIC_FILE = "openvino/openvino_model_qint8_static.xml"
 ONNX_CPU_TARGETS = {
     # sentence-transformers / optimum's names; avx2 keeps activations and weights unsigned (no u8*s8 saturation)
     "avx512_vnni": ("qint8", "avx512_vnni"),
@@ -161,11 +164,18 @@ def backend_file(folder: Path, backend: str) -> Path:
                 return folder / onnx_int8_file(target)
         name = onnx_int8_file(this_cpu_target())
     else:
-        name = {"onnx": ONNX_FILE, "openvino": OPENVINO_FILE, "openvino-int8": OPENVINO_INT8_FILE}[backend]
+        name = {
+            "onnx": ONNX_FILE,
+            "openvino": OPENVINO_FILE,
+            "openvino-int8": OPENVINO_INT8_FILE,
+            "openvino-int8-static": OPENVINO_STATIC_FILE,
+        }[backend]
         if (folder / name).is_file():
             return folder / name
     kind, _, quantize = backend.partition("-")
-    command = f"hf-tlaser export {folder} --backend {kind}" + (" --quantize int8" if quantize else "")
+    command = f"hf-tlaser export {folder} --backend {kind}" + (f" --quantize {quantize}" if quantize else "")
+    if quantize == "int8-static":
+        command += " --calibration TEXT_FILE"
     raise UsageError(f"backend {backend!r}: {folder / name} does not exist; write it with: {command}")
 
 

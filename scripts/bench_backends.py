@@ -6,11 +6,12 @@ from torch fp32 (cosine below 0.99995).
 
     python scripts/bench_backends.py runs/demo --data-dir ../shared/data --threads 2 --record --output BENCHMARKS.md
 
-Exports what the folder lacks first (``hf-tlaser export``: ONNX fp32 and int8 for this CPU, OpenVINO fp32 and int8
-weights). ``--record`` writes the folder's ``backends.json`` for this CPU class (``hf_tlaser.backends``), which
-``backend="auto"`` reads: a backend is taken only where NTREX rose by at most 0.2 points and SIB-200 cross fell by at
-most 1 point. ``--output`` replaces the section between the markers in that markdown file (``python -m benchmarks``
-keeps it). ``--smoke`` runs a few sentences without the quality columns (a check of the script).
+Exports what the folder lacks first (``hf-tlaser export``: ONNX fp32 and int8 for this CPU, OpenVINO fp32, int8
+weights and static int8 calibrated on 300 sentences of the main job's training text). ``--record`` writes the
+folder's ``backends.json`` for this CPU class (``hf_tlaser.backends``), which ``backend="auto"`` reads: a backend is
+taken only where NTREX rose by at most 0.2 points and SIB-200 cross fell by at most 1 point. ``--output`` replaces
+the section between the markers in that markdown file (``python -m benchmarks`` keeps it). ``--smoke`` runs a few
+sentences without the quality columns (a check of the script).
 """
 
 from __future__ import annotations
@@ -44,7 +45,10 @@ ROWS = [  # (name, backend, precision)
     ("OpenVINO fp32", "openvino", "fp32"),
     ("OpenVINO, plugin default (bf16 where native)", "openvino", "auto"),
     ("OpenVINO int8 weights", "openvino-int8", "auto"),
+    ("OpenVINO int8 static (calibrated)", "openvino-int8-static", "auto"),
 ]
+CALIBRATION = 60
+"""Calibration sentences per language of the main job's multi-way training corpus (5 languages: 300 sentences)."""
 
 
 def worker(folder: str, backend: str, precision: str, texts_file: str, out: str, threads: int) -> None:
@@ -102,19 +106,25 @@ def quality(folder: Path, backend: str, precision: str, data_dir: str, out: Path
     return ntrex, classification_summaries(results)["sib200"]["cross"][0]
 
 
-def ensure_exports(folder: Path) -> None:
-    """Export the backends the folder lacks (ONNX int8 for this CPU)."""
+def ensure_exports(folder: Path, data_dir: str, tmp: Path) -> None:
+    """Export the backends the folder lacks (ONNX int8 for this CPU; static int8 calibrated on training text)."""
     from hf_tlaser.backends import backend_file
+    from hf_tlaser.data import load_corpus
     from hf_tlaser.errors import UsageError
     from hf_tlaser.inference.export import export_model
 
-    for backend in ("onnx", "onnx-int8", "openvino", "openvino-int8"):
+    corpus = load_corpus("wmt-newstest-multiway", data_dir=data_dir, max_lines=CALIBRATION)
+    calibration = tmp / "calibration.txt"
+    languages = [name for name in corpus.column_names if name != "corpus"]
+    lines = [line for lang in languages for line in corpus[lang] if line]
+    calibration.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    for backend in ("onnx", "onnx-int8", "openvino", "openvino-int8", "openvino-int8-static"):
         try:
             backend_file(folder, backend)
         except UsageError:
             kind, _, quantize = backend.partition("-")
             print(f"exporting {backend}", file=sys.stderr)
-            export_model(folder, kind, quantize or None)
+            export_model(folder, kind, quantize or None, calibration=calibration)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -126,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--record", action="store_true", help="write the folder's backends.json for this CPU class")
     parser.add_argument("--output", type=Path, help="markdown file whose backends section is replaced")
     parser.add_argument("--smoke", action="store_true", help="a few sentences, no quality columns")
+    parser.add_argument("--rows", nargs="+", metavar="BACKEND", help="only these backends (torch fp32 always runs)")
     parser.add_argument("--worker", nargs=5, metavar=("BACKEND", "PRECISION", "TEXTS", "OUT", "THREADS"))
     args = parser.parse_args(argv)
     if args.worker:
@@ -137,7 +148,6 @@ def main(argv: list[str] | None = None) -> int:
     from hf_tlaser.data import load_corpus
 
     os.environ["HF_TLASER_DATA"] = args.data_dir
-    ensure_exports(args.folder)
     lines = 4 if args.smoke else args.lines
     corpus = load_corpus("ntrex128", max_lines=lines, data_dir=args.data_dir)
     languages = ("en", "de", "es", "fr", "it", "cs", "fi", "ru", "tr", "zh")
@@ -145,8 +155,11 @@ def main(argv: list[str] | None = None) -> int:
     native_bf16 = bool(cpu_flags() & {"avx512_bf16", "amx_bf16"})
     measured: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="bench-backends-") as tmp:
+        ensure_exports(args.folder, args.data_dir, Path(tmp))
         Path(tmp, "texts.json").write_text(json.dumps(texts), encoding="utf-8")
         for name, backend, precision in ROWS:
+            if args.rows and name != "torch fp32" and backend not in args.rows:
+                continue
             if precision == "bf16" and not native_bf16:
                 continue  # emulated bf16 runs ~70x slower than fp32: not a choice on this CPU
             out = str(Path(tmp, name.replace(" ", "_").replace("/", "_")))

@@ -34,6 +34,7 @@ TEXTS = [
 ]
 FP32_TOL = 1e-5
 INT8_COSINE = 0.99
+STATIC_COSINE = 0.98
 
 
 def needs(*names: str) -> None:
@@ -118,6 +119,28 @@ def test_openvino_fp32_and_int8_match_torch(folder):
     int8 = pooled_vectors(folder, backends.openvino_runner(folder / backends.OPENVINO_INT8_FILE))
     assert cosines(int8, reference).min() > INT8_COSINE
     assert np.abs(backend_vectors(folder, "openvino-int8") - int8).max() < FP32_TOL
+
+
+def test_openvino_static_int8_is_calibrated_and_matches_torch(folder, tmp_path, newstest_lines, capsys):
+    needs("onnx", "onnxruntime", "openvino", "nncf")
+    calibration = tmp_path / "calibration.txt"
+    one_line_error(capsys, [str(folder), "--backend", "openvino", "--quantize", "int8-static"], "--calibration FILE")
+    one_line_error(
+        capsys, [str(folder), "--quantize", "int8-static", "--calibration", str(calibration)], "OpenVINO only"
+    )
+    one_line_error(
+        capsys,
+        [str(folder), "--backend", "openvino", "--quantize", "int8-static", "--calibration", str(calibration)],
+        "cannot read it",
+    )
+    calibration.write_text("\n".join(newstest_lines["en"][:40] + newstest_lines["de"][:40]) + "\n", encoding="utf-8")
+    argv = [str(folder), "--backend", "openvino", "--quantize", "int8-static", "--calibration", str(calibration)]
+    assert run_cli(argv) == 0
+    assert 'type="FakeQuantize"' in (folder / backends.OPENVINO_STATIC_FILE).read_text()  # activations quantised
+    reference = torch_vectors(folder)
+    static = pooled_vectors(folder, backends.openvino_runner(folder / backends.OPENVINO_STATIC_FILE))
+    assert cosines(static, reference).min() > STATIC_COSINE
+    assert np.abs(backend_vectors(folder, "openvino-int8-static") - static).max() < FP32_TOL
 
 
 def test_the_folder_loads_as_before_after_an_export(warm_dir, tmp_path):

@@ -9,7 +9,10 @@ loader looks for them.
   theirs (``onnx/model_qint8_avx512_vnni.onnx``, ``model_quint8_avx2.onnx``, ...): int8 weights, activations
   quantised at run time, for the instruction set of ``--cpu`` (default: this CPU's).
 * ``--backend openvino`` writes ``openvino/openvino_model.xml`` / ``.bin`` (fp32), converted from the ONNX graph;
-  ``--quantize int8`` adds ``openvino/openvino_model_qint8_quantized.xml`` (NNCF's int8 weight compression).
+  ``--quantize int8`` adds ``openvino/openvino_model_qint8_quantized.xml`` (NNCF's int8 weight compression);
+  ``--quantize int8-static --calibration FILE`` adds ``openvino/openvino_model_qint8_static.xml``: NNCF's post-training
+  quantisation of weights and activations (transformer preset), the activations' ranges measured on the first
+  ``CALIBRATION_LINES`` lines of FILE (a few hundred sentences of the training text).
 
 The tools are PyTorch's ONNX exporter, ONNX Runtime's quantiser, OpenVINO's converter and NNCF; nothing here
 builds a graph by hand. Every file written is checked against the torch model on held-out sentences before the
@@ -45,6 +48,7 @@ from hf_tlaser.backends import (
     ONNX_FILE,
     OPENVINO_FILE,
     OPENVINO_INT8_FILE,
+    OPENVINO_STATIC_FILE,
     onnx_int8_file,
     onnx_runner,
     openvino_runner,
@@ -63,7 +67,8 @@ from hf_tlaser.models.common.pooling import (
 logger = logging.getLogger(__name__)
 
 BACKENDS = ("onnx", "openvino")
-QUANTIZE = ("int8",)
+QUANTIZE = ("int8", "int8-static")
+CALIBRATION_LINES = 300
 OPSET = 17
 FP32_TOLERANCE = 1e-4
 """Largest absolute difference of an fp32 file's final states to torch's before the export fails (measured ~1e-6)."""
@@ -127,8 +132,10 @@ class LastHiddenState(torch.nn.Module):
 
 
 def sample_batch(tokenizer, texts: Sequence[str]) -> dict[str, torch.Tensor]:
-    """Tokenized, right-padded ``texts`` (padding present, so the traced graph keeps its attention mask)."""
-    batch = tokenizer(list(texts), padding=True, truncation=True, max_length=128, return_tensors="pt")
+    """Tokenized, right-padded ``texts`` (padding present, so the traced graph keeps its attention mask), cut at 128
+    tokens or the model's limit."""
+    limit = min(128, tokenizer.model_max_length)
+    batch = tokenizer(list(texts), padding=True, truncation=True, max_length=limit, return_tensors="pt")
     return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
 
 
@@ -202,6 +209,42 @@ def compress_openvino(xml_path: Path, target_path: Path) -> None:
     ov.save_model(compressed, str(target_path), compress_to_fp16=False)
 
 
+def quantize_openvino_static(xml_path: Path, target_path: Path, tokenizer, texts: Sequence[str]) -> None:
+    """NNCF's post-training int8 quantisation of an OpenVINO model (weights and activations; the transformer preset
+    keeps what it must in fp32), calibrated on ``texts``, one sentence per sample."""
+    import nncf
+    import openvino as ov
+
+    samples = [{key: value.numpy() for key, value in sample_batch(tokenizer, [text]).items()} for text in texts]
+    nncf_logger = logging.getLogger("nncf")
+    level = nncf_logger.level
+    nncf_logger.setLevel(logging.ERROR)
+    try:
+        quantized = nncf.quantize(
+            ov.Core().read_model(str(xml_path)),
+            nncf.Dataset(samples),
+            model_type=nncf.ModelType.TRANSFORMER,
+            subset_size=len(samples),
+        )
+    finally:
+        nncf_logger.setLevel(level)
+    ov.save_model(quantized, str(target_path), compress_to_fp16=False)
+
+
+def read_calibration(path: str | Path | None) -> list[str]:
+    """The first ``CALIBRATION_LINES`` non-empty lines of ``--calibration``; UsageError without a usable file."""
+    if path is None:
+        raise UsageError("--quantize int8-static needs --calibration FILE: some hundred sentences of the training text")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            lines = [line.strip() for line in handle if line.strip()][:CALIBRATION_LINES]
+    except (OSError, UnicodeDecodeError) as error:
+        raise UsageError(f"--calibration {path}: cannot read it ({error}); give a UTF-8 text file") from None
+    if not lines:
+        raise UsageError(f"--calibration {path}: no text; give a few hundred sentences, one a line")
+    return lines
+
+
 def agreement(reference: np.ndarray, states: np.ndarray, mask: np.ndarray, mode: str) -> tuple[float, float]:
     """(max |difference| of the final states at the tokens, min cosine of the vectors pooled as the folder pools them)
     to the reference."""
@@ -216,7 +259,7 @@ def planned_files(backend: str, quantize: str | None, cpu: str) -> list[str]:
     """The files the export writes (the fp32 file only where not quantising: an int8 export reuses it)."""
     if backend == "onnx":
         return [onnx_int8_file(cpu)] if quantize else [ONNX_FILE]
-    return [OPENVINO_INT8_FILE] if quantize else [OPENVINO_FILE]
+    return [{None: OPENVINO_FILE, "int8": OPENVINO_INT8_FILE, "int8-static": OPENVINO_STATIC_FILE}[quantize]]
 
 
 def export_model(
@@ -225,10 +268,11 @@ def export_model(
     quantize: str | None = None,
     cpu: str | None = None,
     overwrite: bool = False,
+    calibration: str | Path | None = None,
 ) -> list[ExportedFile]:
     """Write ``backend``'s files into the saved model ``folder`` (see the module docstring) and check each against
-    the torch model; return what was written. UsageError for an unsupported folder, a missing package or an existing
-    output without ``overwrite``."""
+    the torch model; return what was written. UsageError for an unsupported folder, a missing package, an existing
+    output without ``overwrite``, or static quantisation without a ``calibration`` text file (or for ONNX)."""
     folder = Path(folder)
     if backend not in BACKENDS:
         raise UsageError(f"--backend {backend!r}: choose from {', '.join(BACKENDS)}")
@@ -239,6 +283,11 @@ def export_model(
     if not folder.is_dir():
         raise UsageError(f"{folder} is not a folder")
     check_folder(folder)
+    texts = None
+    if quantize == "int8-static":
+        if backend != "openvino":
+            raise UsageError("--quantize int8-static: OpenVINO only (--backend openvino); ONNX takes --quantize int8")
+        texts = read_calibration(calibration)
     cpu = cpu or (this_cpu_target() if backend == "onnx" and quantize else "avx2")
     outputs = planned_files(backend, quantize, cpu)
     existing = [name for name in outputs if (folder / name).exists()]
@@ -258,7 +307,7 @@ def export_model(
 
     written: list[ExportedFile] = []
     with tempfile.TemporaryDirectory(prefix="hf-tlaser-export-") as tmp:
-        staged = stage_files(folder, Path(tmp), model, tokenizer, backend, quantize, cpu, overwrite)
+        staged = stage_files(folder, Path(tmp), model, tokenizer, backend, quantize, cpu, overwrite, texts)
         for source, name, quantised in staged:
             run = onnx_runner(source) if source.suffix == ".onnx" else openvino_runner(source, "fp32")
             states = run(check["input_ids"].numpy(), check["attention_mask"].numpy())
@@ -278,10 +327,19 @@ def export_model(
 
 
 def stage_files(
-    folder: Path, tmp: Path, model, tokenizer, backend: str, quantize: str | None, cpu: str, overwrite: bool
+    folder: Path,
+    tmp: Path,
+    model,
+    tokenizer,
+    backend: str,
+    quantize: str | None,
+    cpu: str,
+    overwrite: bool,
+    texts: Sequence[str] | None = None,
 ) -> list[tuple[Path, str, bool]]:
     """Write the export's files under ``tmp``: (file, its path in the folder, quantised). An int8 export reuses the
-    folder's fp32 file of the backend where there is one (and ``overwrite`` is off), else writes it too."""
+    folder's fp32 file of the backend where there is one (and ``overwrite`` is off), else writes it too; ``texts``
+    calibrate a static one."""
     fp32_name = ONNX_FILE if backend == "onnx" else OPENVINO_FILE
     for name in (ONNX_FILE, OPENVINO_FILE):
         (tmp / name).parent.mkdir(parents=True, exist_ok=True)
@@ -300,6 +358,10 @@ def stage_files(
         logger.info("quantising to int8 for %s", cpu)
         quantize_onnx(fp32, tmp / onnx_int8_file(cpu), cpu)
         staged.insert(0, (tmp / onnx_int8_file(cpu), onnx_int8_file(cpu), True))
+    elif quantize == "int8-static":
+        logger.info("quantising the OpenVINO model to int8, calibrated on %d sentences", len(texts))
+        quantize_openvino_static(fp32, tmp / OPENVINO_STATIC_FILE, tokenizer, texts)
+        staged.insert(0, (tmp / OPENVINO_STATIC_FILE, OPENVINO_STATIC_FILE, True))
     elif quantize:
         logger.info("compressing the OpenVINO weights to int8")
         compress_openvino(fp32, tmp / OPENVINO_INT8_FILE)
@@ -315,7 +377,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("folder", help="a saved hf_tlaser model folder (hf-tlaser train's output)")
     parser.add_argument("--backend", choices=BACKENDS, default="onnx")
-    parser.add_argument("--quantize", choices=QUANTIZE, default=None, help="add a dynamically quantised int8 file")
+    parser.add_argument(
+        "--quantize",
+        choices=QUANTIZE,
+        default=None,
+        help="add an int8 file: int8 (ONNX: dynamic; OpenVINO: int8 weights) or int8-static (OpenVINO: weights and "
+        "activations, calibrated on --calibration)",
+    )
+    parser.add_argument(
+        "--calibration",
+        metavar="TEXT_FILE",
+        help=f"--quantize int8-static: sentences of the training text, one a line (the first {CALIBRATION_LINES})",
+    )
     parser.add_argument(
         "--cpu",
         choices=sorted(ONNX_CPU_TARGETS),
@@ -331,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
 
     def work() -> int:
-        written = export_model(args.folder, args.backend, args.quantize, args.cpu, args.overwrite)
+        written = export_model(args.folder, args.backend, args.quantize, args.cpu, args.overwrite, args.calibration)
         summary = {"folder": args.folder}
         for item in written:
             summary[item.path] = f"max_abs_diff {item.max_abs_diff:.2e}, min_cosine {item.min_cosine:.6f}"

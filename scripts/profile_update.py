@@ -1,6 +1,7 @@
 """Where one training update's time goes: runs ``hf-tlaser train`` for a few updates under cProfile and splits the
-update into encoder forward, decoder forward (+ output softmax and losses), backward and the optimizer step; then
-times AdamW on the word-embedding matrix alone (the backbone's ``vocab x hidden`` weights and their dense gradient).
+update into encoder forward, decoder forward (+ output softmax and losses), backward and the optimizer step. Compare
+two runs (e.g. with and without ``--freeze-word-embeddings``) through their shares: on a shared machine the seconds
+move with the load, the encoder forward's share much less.
 
     python scripts/profile_update.py --steps 6 -- --model ctlaser --init-from ../shared/data/multilingual-e5-small \\
         --corpora wmt-newstest-multiway --precision fp32 --seed 1
@@ -42,20 +43,6 @@ def line_of(cls_name: str | None, file_suffix: str) -> int | None:
     return inspect.getsourcelines(getattr(modeling, cls_name).forward)[1]
 
 
-def adam_on_embeddings(vocab: int, hidden: int, repeats: int = 3) -> float:
-    """Seconds of one AdamW step on a ``vocab x hidden`` fp32 weight with a dense gradient (median of ``repeats``)."""
-    weight = torch.nn.Parameter(torch.randn(vocab, hidden) * 0.02)
-    weight.grad = torch.randn_like(weight) * 1e-3
-    optimizer = torch.optim.AdamW([weight], lr=1e-5)
-    optimizer.step()  # the state's allocation
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        optimizer.step()
-        times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2]
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     split = argv.index("--") if "--" in argv else len(argv)
@@ -76,9 +63,6 @@ def main(argv: list[str] | None = None) -> int:
         if code:
             return code
         stats = pstats.Stats(profile).stats
-        import json
-
-        config = json.loads((out / "config.json").read_text())
     rows = []
     for part, (suffix, name, cls_name) in PARTS.items():
         first = line_of(cls_name, suffix)
@@ -89,14 +73,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         rows.append((part, total / args.steps))
     step = dict(rows)["training step (forward + backward)"] + dict(rows)["optimizer step"]
-    vocab, hidden = config["vocab_size"], config["hidden_size"]
-    adam = adam_on_embeddings(vocab, hidden)
     threads = torch.get_num_threads()
     print(f"{args.steps} updates, {threads} thread(s); whole run {wall:.1f} s (data and set-up included)\n")
     print("| part of one update | seconds | share of forward + backward + optimizer |\n|---|---|---|")
     for part, seconds in rows:
         print(f"| {part} | {seconds:.3f} | {seconds / step:.0%} |")
-    print(f"| AdamW step on the {vocab} x {hidden} word embeddings alone | {adam:.3f} | {adam / step:.0%} |")
     return 0
 
 

@@ -179,6 +179,15 @@ def backend_file(folder: Path, backend: str) -> Path:
     raise UsageError(f"backend {backend!r}: {folder / name} does not exist; write it with: {command}")
 
 
+def exported_type(folder: Path, problem: str, remedy: str) -> str:
+    """The folder's ``model_type`` (read as JSON); UsageError with ``problem`` and ``remedy`` for one that does not
+    export."""
+    model_type = read_model_config(folder).get("model_type")
+    if model_type not in EXPORTED:
+        raise UsageError(f"{folder}: model_type {model_type!r} {problem} (exported: {', '.join(EXPORTED)}); {remedy}")
+    return model_type
+
+
 class ExportedEncoder(torch.nn.Module):
     """A folder's exported encoder (``backend`` one of ``BACKENDS`` but torch) with the torch encoder's ``encode``;
     ``hf_tlaser.encode`` takes it as it takes a model. ``threads``: intra-op threads (default: torch's).
@@ -199,12 +208,7 @@ class ExportedEncoder(torch.nn.Module):
         folder = Path(folder)
         if backend not in BACKENDS[1:]:
             raise UsageError(f"backend {backend!r}: choose from {', '.join(BACKENDS)}")
-        model_type = read_model_config(folder).get("model_type")
-        if model_type not in EXPORTED:
-            raise UsageError(
-                f"{folder}: model_type {model_type!r} has no exported backend (exported: {', '.join(EXPORTED)}); "
-                "use backend='torch'"
-            )
+        model_type = exported_type(folder, "has no exported backend", "use backend='torch'")
         self.config = FAMILIES[model_type].config_class.from_pretrained(folder)
         kind = backend.partition("-")[0]
         require((RUNTIMES[kind],), kind)

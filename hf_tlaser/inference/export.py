@@ -42,13 +42,13 @@ import numpy as np
 import torch
 
 from hf_tlaser.backends import (
-    EXPORTED,
     EXTRAS,
     ONNX_CPU_TARGETS,
     ONNX_FILE,
     OPENVINO_FILE,
     OPENVINO_INT8_FILE,
     OPENVINO_STATIC_FILE,
+    exported_type,
     onnx_int8_file,
     onnx_runner,
     openvino_runner,
@@ -98,12 +98,7 @@ def check_folder(folder: Path) -> None:
     sentence-transformers layout (read as JSON: no model code runs)."""
     if not (folder / "config.json").is_file():
         raise UsageError(f"{folder} has no config.json; pass a folder that hf-tlaser train or save_pretrained wrote")
-    model_type = read_model_config(folder).get("model_type")
-    if model_type not in EXPORTED:
-        raise UsageError(
-            f"{folder}: model_type {model_type!r} cannot be exported (the exporter takes {', '.join(EXPORTED)}); "
-            "use it with the torch backend"
-        )
+    exported_type(folder, "cannot be exported", "use it with the torch backend")
     if not has_sentence_transformers_files(folder):
         raise UsageError(
             f"{folder} has no sentence-transformers layout (modules.json), which the exported files need; "

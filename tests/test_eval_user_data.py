@@ -110,3 +110,12 @@ def test_evaluate_cli_with_user_sets(model_dir, fast_encode, user_sets, tmp_path
 def test_unknown_languages_are_fine_but_sets_must_share_two(model_dir, fast_encode, tmp_path, capsys):  # noqa: F811
     rc = main([str(model_dir), "--suite", "retrieval", "--retrieval-sets", "tico19-test", "--languages", "de,pt"])
     assert rc == 2 and "retrieval set tico19-test has en, es, fr" in capsys.readouterr().err
+
+
+def test_a_long_set_name_makes_a_short_distinct_file_name():
+    from hf_tlaser.evaluation.suite import FILE_NAME_CHARS, file_name
+
+    long = "files:" + ":".join(f"{lang}=/data/{'x' * 80}/test_2016_flickr.{lang}.gz" for lang in ("cs", "de", "en"))
+    other = long.replace("test_2016", "test_2018")
+    assert len(file_name(long)) <= FILE_NAME_CHARS and file_name(long) != file_name(other)
+    assert file_name("ntrex128") == "ntrex128" and file_name("files:de=a.de:en=b.en") == "files_de_a.de_en_b.en"

@@ -10,6 +10,7 @@ texts and reports them in the same tables.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -355,9 +356,18 @@ def lexical_reference(svd_dim: int = 512) -> Reference:
     )
 
 
+FILE_NAME_CHARS = 60
+"""Longest file-name part made from a set name: a user spec of several file paths would pass the file system's limit
+(255 bytes)."""
+
+
 def file_name(name: str) -> str:
-    """A set name (a user spec may hold ``/`` and ``:``) as a file-name part."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_")
+    """A set name (a user spec may hold ``/`` and ``:``) as a file-name part: a long one is cut and keeps a hash of
+    the whole, so that two specs never share a file."""
+    part = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_")
+    if len(part) <= FILE_NAME_CHARS:
+        return part
+    return f"{part[: FILE_NAME_CHARS - 11]}-{hashlib.sha1(name.encode()).hexdigest()[:10]}"
 
 
 def run_suite(

@@ -44,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--corpora", default=CORPORA)
     parser.add_argument("--retrieval-sets", nargs="+", default=list(RETRIEVAL_SETS))
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="SIB-200 classifier seeds")
+    parser.add_argument("--epochs", type=int, default=500, help="SIB-200 classifier epochs (LASER's 500)")
     args = parser.parse_args(argv[:split])
     extra = argv[split + 1 :]
     from hf_tlaser.cli import main as hf_tlaser
@@ -61,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
             return code
     evaluate = ["evaluate", str(args.output), "--suite", "retrieval", "sib200", "--data-dir", args.data_dir]
     evaluate += ["--retrieval-sets", *args.retrieval_sets, "--seeds", *map(str, args.seeds), "--reference", init]
+    evaluate += ["--epochs", str(args.epochs)]
     code = hf_tlaser([*evaluate, "--projection", "none"])
     if code:
         return code

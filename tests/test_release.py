@@ -49,7 +49,7 @@ def test_release_recipe_writes_a_pushable_folder_with_its_card(release, st_dir, 
         path.write_text("\n".join(text.splitlines()[:30]) + "\n", encoding="utf-8")
     aligned = f"files:de={lines['de']}:en={lines['en']}"
     argv = ["--output", str(out), "--data-dir", str(data_dir), "--init", str(st_dir), "--updates", "2"]
-    argv += ["--corpora", "wmt-newstest-multiway", "--retrieval-sets", aligned, "--seeds", "0"]
+    argv += ["--corpora", "wmt-newstest-multiway", "--retrieval-sets", aligned, "--seeds", "0", "--epochs", "5"]
     assert release.main([*argv, "--", *tiny_train_args()]) == 0
     assert json.loads((out / "trainer_state.json").read_text())["global_step"] == 2
     results = json.loads((out / "eval" / "results.json").read_text())

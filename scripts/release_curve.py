@@ -2,9 +2,10 @@
 ``eval/results.json``) as a table and a PNG, next to the reference rows of one evaluation that has them (the start, the
 TF-IDF baseline, random init).
 
-    python scripts/release_curve.py runs/release --references runs/release/checkpoint-250/eval/results.json \\
+    python scripts/release_curve.py runs/release --references runs/release/checkpoint-2000/eval/results.json \\
         --output docs/release_curve.png
 
+Every ``eval*/results.json`` of a checkpoint counts (a set evaluated later into ``--output-dir CHECKPOINT/eval-x``).
 Columns: mean xsim error % (absolute margin) of every retrieval set the evaluations share, and SIB-200 cross accuracy
 %. The table is printed as markdown.
 """
@@ -52,9 +53,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     points = []
     for folder in sorted(args.run.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1])):
-        path = folder / "eval" / "results.json"
-        if path.is_file():
-            points.append((int(folder.name.split("-")[1]), scores(json.loads(path.read_text(encoding="utf-8")))))
+        merged: dict[str, float] = {}
+        for path in sorted(folder.glob("eval*/results.json")):  # eval/, and sets evaluated later (eval-*/)
+            merged.update(scores(json.loads(path.read_text(encoding="utf-8"))))
+        if merged:
+            points.append((int(folder.name.split("-")[1]), merged))
     references = {}
     if args.references:
         results = json.loads(args.references.read_text(encoding="utf-8"))

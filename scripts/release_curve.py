@@ -77,8 +77,11 @@ def main(argv: list[str] | None = None) -> int:
                 ax.axhline(values[column], linestyle=style, color="gray", linewidth=1, label=row)
         ax.set_title(column, fontsize=9)
         ax.set_xlabel("updates", fontsize=8)
-        if column != "sib200 cross":
-            ax.set_yscale("log")
+        ax.set_xlim(left=0)
+        if any(column in values for values in references.values()) and column != "sib200 cross":
+            ax.set_yscale("log")  # the references sit orders of magnitude above
+        else:
+            ax.set_ylim(0, 1.2 * max(v[column] for _, v in points))  # from zero: small moves look small
     axes[0][0].legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(args.output, dpi=120)

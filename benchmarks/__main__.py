@@ -140,9 +140,9 @@ def gpu_header(info: dict) -> list[str]:
     ]
 
 
-KEPT_SECTION = re.compile(r"## 8\. Inference backends.*?<!-- backends:end -->", re.S)
-"""The section ``scripts/bench_backends.py`` writes (a trained model's backends), kept when the suite rewrites the
-report."""
+KEPT_SECTION = re.compile(r"## 8\. Inference backends.*<!-- (?:backends|compare):end -->", re.S)
+"""The section ``scripts/bench_backends.py`` writes (a trained model's backends, other models with ``--compare``),
+kept when the suite rewrites the report."""
 
 
 def write_report(results: Sequence[BenchResult], output: Path, command: str, size: str, device: str = "cpu") -> Path:

@@ -106,26 +106,25 @@ def is_arm() -> bool:
     return platform.machine().lower() in {"arm64", "aarch64"}
 
 
-def this_cpu_target() -> str:
-    """The ONNX int8 target of this CPU: the widest int8 instruction set it has."""
+def widest_target() -> str | None:
+    """The widest ONNX int8 target this CPU has ("arm64" on ARM); None for an x86 CPU without AVX2."""
     if is_arm():
         return "arm64"
     flags = cpu_flags()
-    for target in ("avx512_vnni", "avx512", "avx2"):
-        if ONNX_CPU_TARGETS[target][1] in flags:
-            return target
-    raise UsageError("this CPU has no AVX2: int8 ONNX files need AVX2 or newer; pass --cpu for another machine")
+    return next((t for t in ("avx512_vnni", "avx512", "avx2") if ONNX_CPU_TARGETS[t][1] in flags), None)
+
+
+def this_cpu_target() -> str:
+    """The ONNX int8 target of this CPU: the widest int8 instruction set it has."""
+    target = widest_target()
+    if target is None:
+        raise UsageError("this CPU has no AVX2: int8 ONNX files need AVX2 or newer; pass --cpu for another machine")
+    return target
 
 
 def cpu_class() -> str:
     """This CPU for speed records: its int8 target, ``+bf16`` where it runs bf16 natively (``avx512_vnni+bf16``)."""
-    flags = cpu_flags()
-    target = (
-        "arm64"
-        if is_arm()
-        else next((t for t in ("avx512_vnni", "avx512", "avx2") if ONNX_CPU_TARGETS[t][1] in flags), "x86")
-    )
-    return target + ("+bf16" if flags & {"avx512_bf16", "amx_bf16"} else "")
+    return (widest_target() or "x86") + ("+bf16" if cpu_flags() & {"avx512_bf16", "amx_bf16"} else "")
 
 
 def onnx_int8_file(target: str) -> str:

@@ -24,6 +24,7 @@ from hf_tlaser.model_folders import load_encoder
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("onnxruntime") is None, reason="the [onnx] extra is not installed"
 )
+ROOT = Path(__file__).resolve().parent.parent
 TEXTS = ["The weather is lovely today.", "Das Wetter ist heute schön.", "x", "Une phrase un peu plus longue."]
 FP32_TOL = 1e-5
 INT8_COSINE = 0.99
@@ -159,3 +160,26 @@ def test_evaluate_measures_a_backend(exported, tmp_path, newstest_lines):
     about, errors = xsim("onnx")
     assert about["backend"] == "onnx (onnx/model.onnx)"
     assert xsim("torch") == ({**about, "backend": "torch"}, errors)
+
+
+def test_bench_backends_compares_other_models(warm_dir, st_dir, data_dir, tmp_path):
+    """``scripts/bench_backends.py --compare``: another hf_tlaser folder and a sentence-transformers model run in
+    their own rows beside FOLDER's torch fp32, in a subsection of the report that the backends section keeps."""
+    spec = importlib.util.spec_from_file_location("bench_backends", ROOT / "scripts" / "bench_backends.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    report = tmp_path / "BENCH.md"
+    section = "## 8. Inference backends\n\n<!-- backends:start -->\nkept\n<!-- backends:end -->\n"
+    report.write_text(f"# Benchmarks\n\n{section}")
+    argv = [str(warm_dir), "--smoke", "--rows", "torch", "--compare", str(st_dir), "--data-dir", str(data_dir)]
+    assert bench.main([*argv, "--output", str(report)]) == 0
+    text = report.read_text()
+    assert "kept" in text and text.index("<!-- backends:end -->") < text.index(bench.COMPARE_TITLE)
+    table = text[text.index("<!-- compare:start -->") : text.index("<!-- compare:end -->")]
+    rows = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    names = [row.split(" | ")[0].lstrip("| ") for row in rows]
+    assert names[0] == "torch fp32" and f"{st_dir.name}: torch fp32" in names
+    assert not any(name.startswith("ONNX") or name.startswith("OpenVINO") for name in names)  # --rows torch
+    assert not (warm_dir / "onnx").exists() and not (warm_dir / "openvino").exists()  # nothing exported
+    own = next(row for row in rows if row.startswith(f"| {st_dir.name}: torch fp32"))
+    assert float(own.split(" | ")[4]) > 0  # its speed as a ratio to FOLDER's

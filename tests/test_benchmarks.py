@@ -126,7 +126,10 @@ def test_report_written(results, tmp_path, monkeypatch):
     payload = json.loads(out.with_suffix(".json").read_text())
     assert payload["size"] == "smoke" and payload["benchmarks"][0]["number"] == 4
     # the trained model's backends section (scripts/bench_backends.py) survives a rewrite of the report
-    section = "## 8. Inference backends: a table\n\n<!-- backends:start -->\n| a | b |\n<!-- backends:end -->"
+    section = (
+        "## 8. Inference backends: a table\n\n<!-- backends:start -->\n| a | b |\n<!-- backends:end -->\n\n"
+        "### Other models\n\n<!-- compare:start -->\n| c | d |\n<!-- compare:end -->"
+    )
     out.write_text(out.read_text() + "\n" + section + "\n")
     assert main(["--size", "smoke", "--only", "4", "--output", str(out), "--threads", "1"]) == 0
     assert out.read_text().count(section) == 1 and "## 4." in out.read_text()

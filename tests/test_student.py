@@ -6,6 +6,7 @@ embeddings (``--freeze-word-embeddings``) stay the start's while the rest trains
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -131,3 +132,28 @@ def test_frozen_word_embeddings_keep_the_starts_and_the_rest_trains(st_dir, tmp_
     assert not torch.equal(trained[layer], start[layer].to(trained[layer].dtype))
     assert main(["--model", "ctlaser", "--output-dir", str(tmp_path / "a"), "--freeze-word-embeddings"]) == 2
     assert "--freeze-word-embeddings: only with --init-from" in capsys.readouterr().err
+
+
+def test_frozen_bottom_layers_keep_the_starts_and_the_top_trains(st_dir, tmp_path, capsys, caplog):
+    """``--freeze-layers 1``: the embeddings and layer 0 stay the start's, the layers above and the decoder train;
+    a value that leaves no layer to train, or no --init-from, is one line and exit 2."""
+    start = AutoModel.from_pretrained(st_dir).state_dict()
+    depth = AutoModel.from_pretrained(st_dir).config.num_hidden_layers
+    out = tmp_path / "frozen"
+    with caplog.at_level(logging.INFO, logger="hf_tlaser.train"):
+        assert main(train_args(out, st_dir, "--max-steps", "2", "--freeze-layers", "1")) == 0
+    trained = TLaserModel.from_pretrained(out).backbone.state_dict()
+
+    def same(name: str) -> bool:
+        return torch.equal(trained[name], start[name].to(trained[name].dtype))
+
+    assert same("embeddings.word_embeddings.weight") and same("embeddings.LayerNorm.weight")
+    assert same("encoder.layer.0.output.dense.weight") and same("encoder.layer.0.attention.self.query.weight")
+    assert not same(f"encoder.layer.{depth - 1}.output.dense.weight")
+    assert "--freeze-layers 1:" in caplog.text
+    capsys.readouterr()
+    assert main(train_args(tmp_path / "b", st_dir, "--freeze-layers", str(depth))) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"--freeze-layers {depth}" in err and len(err.splitlines()) == 1 and not (tmp_path / "b").exists()
+    assert main(["--model", "ctlaser", "--output-dir", str(tmp_path / "a"), "--freeze-layers", "1"]) == 2
+    assert "--freeze-layers: only with --init-from" in capsys.readouterr().err

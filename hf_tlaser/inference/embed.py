@@ -307,15 +307,14 @@ def run(args: argparse.Namespace) -> dict | None:
     state = distributed_state()
     device = state.device
     precision = resolve_precision(args.precision, device).precision
-    backend = "torch" if args.backend == "auto" and args.precision != "auto" else args.backend
     teacher = load_teacher(
         args.model,
         prompt_name=args.prompt,
         prefer=EVAL_PROMPTS,
         device=device,
-        precision=precision,
+        precision=args.precision,
         argument="--model",
-        backend=backend,
+        backend=args.backend,
     )
     embedder = Embedder(teacher, args.documents, args.max_tokens, args.batch_size)
     settings = dict(

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from transformers import AutoTokenizer
 
-from hf_tlaser.backends import ExportedEncoder, choose_backend, load_backend
+from hf_tlaser.backends import ExportedEncoder, load_backend
 from hf_tlaser.errors import UsageError
 from hf_tlaser.hardware import default_device, resolve_precision
 from hf_tlaser.model_folders import (
@@ -392,7 +392,7 @@ def _load_hf_tlaser(
             f"{where} is a {config['model_type']} model, which embeds each language through its own encoder and "
             "needs the language of every text: it cannot be a teacher; give a multilingual model"
         )
-    exported = load_backend(folder, choose_backend(folder) if backend == "auto" else backend, precision)
+    exported = load_backend(folder, backend, precision)
     try:
         if exported is None:
             model, tokenizer = load_encoder(folder)
@@ -480,8 +480,8 @@ def load_teacher(
     ``precision`` (auto/fp32/bf16/fp16) is the autocast of the forward pass (not part of the fingerprint: vectors of
     one model in another precision are the same vectors to within rounding). ``revision`` (or ``ID@REVISION``) pins
     a Hub model. ``texts`` checks a ``vectors:`` file against the corpus (row count and texts hash). ``backend``
-    runs an hf_tlaser folder's exported files (``hf_tlaser.backends``; "auto": ``choose_backend``); a
-    sentence-transformers model runs in torch.
+    runs an hf_tlaser folder's exported files (``hf_tlaser.backends.load_backend``: "auto" chooses only with
+    ``precision`` "auto"); a sentence-transformers model runs in torch.
 
     ``UsageError`` naming ``argument`` when the SPEC cannot be loaded: a missing folder or file, a folder that is no
     model, an unknown prompt, a cNV model (one encoder per language), a ``vectors:`` file whose files disagree or

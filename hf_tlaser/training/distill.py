@@ -10,6 +10,7 @@ collator (``DistillCollator``); the loss term itself is added in one place, ``La
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 
 import numpy as np
@@ -98,7 +99,11 @@ def teacher_matrix(
     if cache_dir == NO_CACHE or isinstance(teacher, VectorsTeacher):  # a vectors: file is a lookup already
         matrix = np.asarray(teacher.encode(texts), dtype=np.float32)
     else:
-        matrix = TeacherCache(cache_dir, teacher, show_progress=False).get(texts)
+        logger.info(
+            "teacher %s: the vectors of %d pivot texts (cached ones are read, not computed)", teacher.spec, len(texts)
+        )
+        main = int(os.environ.get("LOCAL_RANK", "0")) == 0  # one progress bar per machine
+        matrix = TeacherCache(cache_dir, teacher, show_progress=main).get(texts)
     logger.info("teacher %s: %d pivot texts, %d dimensions", teacher.spec, len(texts), matrix.shape[1])
     return matrix, {text: row for row, text in enumerate(texts)}
 

@@ -81,6 +81,8 @@ def resolve(spec: RunSpec) -> Resolved:
         raise UsageError("--pooling backbone: only with --init-from (the pretrained model's own pooling)")
     if spec.freeze_word_embeddings and not warm:
         raise UsageError("--freeze-word-embeddings: only with --init-from (it keeps the pretrained word embeddings)")
+    if spec.freeze_layers is not None and not warm:
+        raise UsageError("--freeze-layers: only with --init-from (it keeps the pretrained bottom layers as they are)")
     if spec.init_layers is not None and not warm:
         raise UsageError("--init-layers: only with --init-from (it picks the pretrained model's layers to keep)")
     return Resolved(

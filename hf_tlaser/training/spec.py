@@ -220,6 +220,14 @@ class RunSpec:
         "(the largest matrix of a multilingual encoder: its gradient and Adam step are a large part of a CPU update); "
         "a weight tied to them (LDT's generative output, --set tie_decoder_to_encoder=true) stays too",
     )
+    freeze_layers: int | None = flag(
+        None,
+        families=BACKBONE_MEMBERS,
+        metavar="N",
+        help="--init-from: the encoder's embeddings and its first N layers get no gradient and no optimizer state for "
+        "the whole run, so the backward pass stops above them (a cheaper update; default: every layer trains)",
+    )
+    """``--freeze-layers N``: train only the top layers of the pretrained encoder (``warm.freeze_bottom``)."""
     pooling: str | None = flag(
         None,
         families=BACKBONE_MEMBERS,

@@ -178,6 +178,18 @@ def student_layers(value: str, depth: int, where: str = "--init-layers") -> tupl
     return layers
 
 
+def freeze_bottom(encoder: torch.nn.Module, count: int) -> int:
+    """Stop the gradient of ``encoder``'s embeddings and of its layers below ``count`` (``--freeze-layers``); the
+    number of parameters frozen. Before the optimizer is built, so that it holds no state for them."""
+    frozen = 0
+    for name, parameter in encoder.named_parameters():
+        match = LAYER_KEY.search(name)
+        if (match is None and ".embeddings." in f".{name}") or (match is not None and int(match.group(3)) < count):
+            parameter.requires_grad_(False)
+            frozen += parameter.numel()
+    return frozen
+
+
 def keep_layers(state: dict[str, torch.Tensor], layers: tuple[int, ...]) -> dict[str, torch.Tensor]:
     """The pretrained weights with only ``layers``, renumbered 0, 1, ... in that order (the other weights as they
     are); RuntimeError where no weight names a layer."""
@@ -488,7 +500,14 @@ class WarmStart(Plugin):
         spec = resolved.spec
         if not resolved.warm:
             return None
-        return cls(check_backbone(spec.init_from, spec.model, spec.tokenizer, layers=spec.init_layers), resolved)
+        backbone = check_backbone(spec.init_from, spec.model, spec.tokenizer, layers=spec.init_layers)
+        depth = backbone.config.num_hidden_layers
+        if spec.freeze_layers is not None and not 0 <= spec.freeze_layers < depth:
+            raise UsageError(
+                f"--freeze-layers {spec.freeze_layers}: give 0 to {depth - 1} (the encoder has {depth} layers; at "
+                "least the top one trains)"
+            )
+        return cls(backbone, resolved)
 
     def configure(self, resolved: Resolved, overrides: dict) -> dict:
         logger.info("--init-from: %s", self.backbone.describe())
@@ -502,6 +521,14 @@ class WarmStart(Plugin):
             self.backbone.load_into(built.model.encoder)
         if self.spec.freeze_word_embeddings:  # before the optimizer is built: it then holds no state for them
             built.model.encoder.get_input_embeddings().weight.requires_grad_(False)
+        if self.spec.freeze_layers:
+            frozen = freeze_bottom(built.model.encoder, self.spec.freeze_layers)
+            logger.info(
+                "--freeze-layers %d: %d of the encoder's parameters frozen (its embeddings and layers 0-%d)",
+                self.spec.freeze_layers,
+                frozen,
+                self.spec.freeze_layers - 1,
+            )
         if not self.spec.streaming:
             texts = built.dataset.dataset
             samples = {lang: list(islice(filter(None, texts[lang]), UNK_SAMPLE)) for lang in built.plan.languages}

@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
             own = f"{Path(other).name}: torch fp32"
             plan += [(own, other, "torch", "fp32", own), (own.replace("fp32", "bf16"), other, "torch", "bf16", own)]
         others = [other for other in args.compare if not is_hf_tlaser(other)]  # evaluated beside FOLDER
-        for name, folder, backend, precision, base_name in plan:
+        for name, folder, backend, precision, base_name in plan:  # every speed first, with nothing else running
             if precision == "bf16" and not native_bf16:
                 continue  # emulated bf16 runs ~70x slower than fp32: not a choice on this CPU
             out = str(Path(tmp, re.sub(r"[^\w.-]", "_", name)))
@@ -217,19 +217,22 @@ def main(argv: list[str] | None = None) -> int:
             row["vectors"] = np.load(out + ".npy")
             reference = measured.get(base_name, row)["vectors"]
             row["same"] = name != base_name and cosines(row["vectors"], reference).min() >= SAME_AS_FP32
-            if args.smoke or row["same"]:
-                pass
-            elif folder in others:  # a sentence-transformers model: evaluated in fp32 beside FOLDER only
-                if precision == "fp32":
-                    row["ntrex"], row["sib200"] = measured["torch fp32"]["others"][folder]
-            else:
-                scores = quality(
-                    Path(folder), backend, precision, args.data_dir, Path(tmp, "eval"), others if not measured else []
-                )
-                row["ntrex"], row["sib200"] = scores.pop("")
-                row["others"] = scores
             measured[name] = {"backend": backend, "precision": precision, "folder": folder, "base": base_name, **row}
-            print(f"{name}: {row['speeds']}", file=sys.stderr)
+            print(f"{name}: {row['speeds']}", file=sys.stderr, flush=True)
+        print("speeds done; quality next", file=sys.stderr, flush=True)
+        for name, row in measured.items():
+            if args.smoke or row["same"]:
+                continue
+            if row["folder"] in others:  # a sentence-transformers model: evaluated in fp32 beside FOLDER only
+                if row["precision"] == "fp32":
+                    row["ntrex"], row["sib200"] = measured["torch fp32"]["others"][row["folder"]]
+                continue
+            beside = others if name == "torch fp32" else []  # FOLDER's first row: the first evaluated
+            folder, backend, precision = Path(row["folder"]), row["backend"], row["precision"]
+            scores = quality(folder, backend, precision, args.data_dir, Path(tmp, "eval"), beside)
+            row["ntrex"], row["sib200"] = scores.pop("")
+            row["others"] = scores
+            print(f"{name}: NTREX {row['ntrex']:.2f}, SIB-200 cross {row['sib200']:.2f}", file=sys.stderr, flush=True)
     base = measured["torch fp32"]
     header = (
         "| backend | sentences/s batch 1 | batch 32 | batch 128 | x torch fp32 (batch 32) | peak RSS MB | "

@@ -136,7 +136,8 @@ def quality(
         backend=backend,
         reference_specs=others,
     )
-    rows = [results, *(row for name, row in results["references"].items() if not name.startswith("cross-model"))]
+    references = results.get("references", {})  # none without ``others``
+    rows = [results, *(row for name, row in references.items() if not name.startswith("cross-model"))]
     return {
         spec: (
             next(avg for name, margin, avg in retrieval_averages(row) if margin == "absolute"),

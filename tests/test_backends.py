@@ -162,12 +162,38 @@ def test_evaluate_measures_a_backend(exported, tmp_path, newstest_lines):
     assert xsim("torch") == ({**about, "backend": "torch"}, errors)
 
 
-def test_bench_backends_compares_other_models(warm_dir, st_dir, data_dir, tmp_path):
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_backends", ROOT / "scripts" / "bench_backends.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_quality_reads_the_model_and_each_model_beside_it(bench, monkeypatch, tmp_path):
+    """``quality``: the evaluated model's NTREX and SIB-200 cross, and each sentence-transformers model's from the
+    reference rows (cross-model rows skipped); an evaluation without references has no ``references`` entry."""
+    from hf_tlaser.evaluation import cli as evaluation
+
+    def row(xsim: float, cross: float) -> dict:
+        matrix = {"langs": ["de", "en"], "xsim": [[None, xsim], [xsim, None]]}
+        return {"retrieval": {"matrices": {"ntrex128": {"absolute": matrix}}}, "sib200": {"summary": {"cross": cross}}}
+
+    def evaluate(folder, suites, out, reference_specs=(), **options) -> dict:
+        results = row(2.0, 80.0)
+        if reference_specs:
+            results["references"] = {"e5": row(6.5, 81.5), "cross-model: e5": {"retrieval": row(9.0, 0)["retrieval"]}}
+        return results
+
+    monkeypatch.setattr(evaluation, "evaluate_model", evaluate)
+    assert bench.quality(tmp_path, "torch", "fp32", "data", tmp_path) == {"": (2.0, 80.0)}
+    scores = bench.quality(tmp_path, "torch", "fp32", "data", tmp_path, ["e5-folder"])
+    assert scores == {"": (2.0, 80.0), "e5-folder": (6.5, 81.5)}
+
+
+def test_bench_backends_compares_other_models(bench, warm_dir, st_dir, data_dir, tmp_path):
     """``scripts/bench_backends.py --compare``: another hf_tlaser folder and a sentence-transformers model run in
     their own rows beside FOLDER's torch fp32, in a subsection of the report that the backends section keeps."""
-    spec = importlib.util.spec_from_file_location("bench_backends", ROOT / "scripts" / "bench_backends.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
     report = tmp_path / "BENCH.md"
     section = "## 8. Inference backends\n\n<!-- backends:start -->\nkept\n<!-- backends:end -->\n"
     report.write_text(f"# Benchmarks\n\n{section}")

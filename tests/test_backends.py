@@ -20,11 +20,11 @@ from hf_tlaser.errors import UsageError
 from hf_tlaser.inference import read_embeddings
 from hf_tlaser.inference.export import export_model
 from hf_tlaser.model_folders import load_encoder
+from tests.scripts import load_script
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("onnxruntime") is None, reason="the [onnx] extra is not installed"
 )
-ROOT = Path(__file__).resolve().parent.parent
 TEXTS = ["The weather is lovely today.", "Das Wetter ist heute schön.", "x", "Une phrase un peu plus longue."]
 FP32_TOL = 1e-5
 INT8_COSINE = 0.99
@@ -164,10 +164,7 @@ def test_evaluate_measures_a_backend(exported, tmp_path, newstest_lines):
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_backends", ROOT / "scripts" / "bench_backends.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench_backends")
 
 
 def test_bench_quality_reads_the_model_and_each_model_beside_it(bench, monkeypatch, tmp_path):

@@ -4,10 +4,8 @@ needs a GPU; ``scripts/gpu_session.sh --size tiny`` (minutes) is the end-to-end 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -16,15 +14,11 @@ from benchmarks import training_speed
 from benchmarks.__main__ import check_benchmark_devices, main, render_markdown
 from benchmarks.common import check_device, train_dtype_names
 from hf_tlaser.hardware import configure_threads
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.scripts import load_script
 
 
 def _gpu_session():
-    spec = importlib.util.spec_from_file_location("gpu_session", ROOT / "scripts" / "gpu_session.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("gpu_session")
 
 
 def test_device_checks():

@@ -5,7 +5,6 @@ second start after the run has finished keeps it."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -13,17 +12,13 @@ import pytest
 from hub_server import HubServer
 
 from hf_tlaser.hub import cli as push
+from tests.scripts import load_script
 from tests.test_warm_start import train_args
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
 def release():
-    spec = importlib.util.spec_from_file_location("release", ROOT / "scripts" / "release.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("release")
 
 
 def tiny_train_args() -> list[str]:

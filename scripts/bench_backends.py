@@ -105,10 +105,9 @@ def wanted(args: argparse.Namespace, name: str, backend: str) -> bool:
 
 def is_hf_tlaser(folder: str | Path) -> bool:
     """Whether ``folder`` holds an hf_tlaser model (else a sentence-transformers one)."""
-    from hf_tlaser.model_folders import MODEL_TYPES
+    from hf_tlaser.model_folders import MODEL_TYPES, read_json
 
-    config = Path(folder, "config.json")
-    return config.is_file() and json.loads(config.read_text(encoding="utf-8")).get("model_type") in MODEL_TYPES
+    return (read_json(Path(folder, "config.json")) or {}).get("model_type") in MODEL_TYPES
 
 
 def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:

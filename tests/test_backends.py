@@ -115,6 +115,26 @@ def test_embed_runs_a_backend_and_records_it(exported, reference, tmp_path):
         (exported / backends.MEASURED_FILE).unlink()
 
 
+@pytest.mark.parametrize(
+    ("flags", "target", "cpu"),
+    [
+        ({"avx2", "fma"}, "avx2", "avx2"),
+        ({"avx2", "avx512f", "avx512_bf16"}, "avx512", "avx512+bf16"),
+        ({"avx2", "avx512f", "avx512_vnni", "amx_bf16"}, "avx512_vnni", "avx512_vnni+bf16"),
+        ({"sse4_2"}, None, "x86"),
+    ],
+)
+def test_the_cpu_class_is_the_widest_int8_target_and_native_bf16(monkeypatch, flags, target, cpu):
+    monkeypatch.setattr(backends, "is_arm", lambda: False)
+    monkeypatch.setattr(backends, "cpu_flags", lambda: flags)
+    assert backends.cpu_class() == cpu
+    if target is None:
+        with pytest.raises(UsageError, match="this CPU has no AVX2"):
+            backends.this_cpu_target()
+    else:
+        assert backends.this_cpu_target() == target
+
+
 def test_an_int8_file_for_other_instructions_is_not_taken(exported, tmp_path, monkeypatch):
     folder = Path(shutil.copytree(exported, tmp_path / "model"))
     (folder / "onnx/model_quint8_avx2.onnx").rename(folder / "onnx/model_qint8_avx512_vnni.onnx")

@@ -90,6 +90,9 @@ DEEPSPEED_EXTRA = ("hjson",)
 # the corpora a session reads: the training mix (hf_tlaser.data.DEFAULT_TRAIN_CORPORA), NTREX-128 (retrieval, the
 # benchmarks' texts) and SIB-200 (classification); Europarl is cut to what fits (the only large one)
 DATA_FOLDERS = ("wmt-newstest-multiway", "multi30k", "wmt-newstest-bilingual", "stsb-multi-mt", "ntrex128", "sib200")
+RELEASE_FOLDERS = ("wmt-newstest-more", "flores-devtest", "ud-pud", "tico19-test", "multilingual-e5-small")
+"""What the release stage reads besides: the release recipe's last corpus, its dev sets and its pretrained start
+(121 MiB: the archive then travels in parts, ``--release``)."""
 EUROPARL = "europarl-v2-it-en"
 EUROPARL_FILES = ("europarl.it-en.en.gz", "europarl.it-en.it.gz", "europarl.it-en.session.gz")
 
@@ -117,10 +120,12 @@ def folder_size(path: Path) -> int:
 
 
 def requirements() -> list[str]:
-    """The package's dependencies and dev extras from pyproject.toml, torch left out."""
+    """The package's dependencies and dev extras from pyproject.toml; torch and the package's own extras (the
+    dev extra's ``hf_tlaser[openvino]``: CPU backends, of no use on the GPU machine) left out."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     reqs = project["dependencies"] + project["optional-dependencies"]["dev"]
-    return [r for r in reqs if canonical(re.split(r"[<>=!~;\[ ]", r, maxsplit=1)[0]) != "torch"]
+    left_out = {"torch", canonical(project["name"])}
+    return [r for r in reqs if canonical(re.split(r"[<>=!~;\[ ]", r, maxsplit=1)[0]) not in left_out]
 
 
 def target_flags(python_version: str) -> list[str]:
@@ -283,19 +288,19 @@ def _europarl_head(data_dir: Path, lines: int | None) -> dict[str, bytes]:
     return out
 
 
-def pack_data(out: Path, data_dir: Path, budget_mib: float) -> int:
-    """``out/data.tar.xz``: the session's corpora, Europarl cut to its first N pairs so that the archive stays within
-    ``budget_mib``; ``out/DATA.txt`` says what is in it."""
+def pack_data(out: Path, data_dir: Path, budget_mib: float, folders: tuple[str, ...] = DATA_FOLDERS) -> int:
+    """``out/data.tar.xz``: the session's corpora (``folders``), Europarl cut to its first N pairs so that the archive
+    stays within ``budget_mib``; ``out/DATA.txt`` says what is in it."""
     out.mkdir(parents=True, exist_ok=True)
     archive = out / "data.tar.xz"
     budget = budget_mib * MIB
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp, "base.tar")
         with tarfile.open(base, "w") as tar:
-            for folder in DATA_FOLDERS:
+            for folder in folders:
                 tar.add(data_dir / folder, arcname=folder)
         base_xz = len(lzma.compress(base.read_bytes(), preset=6))
-        log(f"{', '.join(DATA_FOLDERS)}: {base.stat().st_size / MIB:.1f} MiB, {base_xz / MIB:.1f} MiB as xz")
+        log(f"{', '.join(folders)}: {base.stat().st_size / MIB:.1f} MiB, {base_xz / MIB:.1f} MiB as xz")
         sample_lines = 20_000
         sample = _europarl_head(data_dir, sample_lines)
         per_line = len(lzma.compress(b"".join(sample.values()), preset=6)) / sample_lines
@@ -314,11 +319,29 @@ def pack_data(out: Path, data_dir: Path, budget_mib: float) -> int:
                 break
             lines = int(lines * 0.9)
     note = (
-        f"data.tar.xz ({archive.stat().st_size / MIB:.1f} MiB) from {data_dir}: {', '.join(DATA_FOLDERS)} whole; "
+        f"data.tar.xz ({archive.stat().st_size / MIB:.1f} MiB) from {data_dir}: {', '.join(folders)} whole; "
         f"{EUROPARL}: the first {lines:,} of {total_lines:,} pairs (uncompressed text in the archive).\n"
     )
     (out / "DATA.txt").write_text(note)
     log(note.strip())
+    return 0
+
+
+def split(archive: Path, carry: Path, beside: Path) -> int:
+    """``carry/part1``, ``part2``, ...: ``archive`` in pieces that each travel in one call (the tree, 1 MiB to spare),
+    part1 beside the folder ``beside`` (the wheels). On the machine, ``cat`` of the pieces in order restores it."""
+    room = CARRY_LIMIT_MIB * MIB - tree_size() - MIB
+    for old in carry.glob("part[0-9]*"):
+        shutil.rmtree(old)
+    with archive.open("rb") as handle:
+        number, chunk = 1, room - folder_size(beside)
+        while piece := handle.read(chunk):
+            folder = carry / f"part{number}"
+            folder.mkdir()
+            (folder / f"{archive.name}.{number:02d}").write_bytes(piece)
+            log(f"{folder}: {len(piece) / MIB:.1f} MiB")
+            number, chunk = number + 1, room
+    log(f"{number - 1} calls: part1 with {beside}, then one part each")
     return 0
 
 
@@ -366,6 +389,9 @@ def summary(out: Path, work: Path | None = None) -> str:
     lines += ["", "## Training and evaluation", ""]
     train = _json(out / "train.json") or {}
     lines += [f"- {k}: {v}" for k, v in train.items()] or ["- not run"]
+    release = _json(out / "release.json")
+    if release:
+        lines += ["", "## Release recipe", ""] + [f"- {k}: {v}" for k, v in release.items()]
     text = "\n".join(lines) + "\n"
     (out / "SUMMARY.md").write_text(text)
     return text
@@ -391,6 +417,16 @@ def main(argv: list[str] | None = None) -> int:
         help="size limit of the archive (default: what the 64 MiB leave after the tree, the rest of .gpu_carry and "
         "1 MiB to spare)",
     )
+    d.add_argument(
+        "--release",
+        action="store_true",
+        help="also what the release stage reads (RELEASE_FOLDERS, the start included); give --budget-mib, then split "
+        "the archive into parts that travel in successive calls (scripts/gpu_session.sh --help)",
+    )
+    p = sub.add_parser("split", help="an archive in pieces, one per call (part1 beside the wheels)")
+    p.add_argument("archive", type=Path)
+    p.add_argument("carry", type=Path, nargs="?", default=ROOT / ".gpu_carry")
+    p.add_argument("--beside", type=Path, default=ROOT / ".gpu_carry" / "wheels")
     c = sub.add_parser("carry-size", help="what travels vs the 64 MiB limit")
     c.add_argument("carry", type=Path, nargs="?", default=ROOT / ".gpu_carry")
     s = sub.add_parser("summary", help="OUT/SUMMARY.md from the stages' results")
@@ -408,7 +444,10 @@ def main(argv: list[str] | None = None) -> int:
             others = sum(folder_size(p) for p in args.out.parent.glob("*") if p.resolve() != args.out.resolve())
             budget = (CARRY_LIMIT_MIB * MIB - tree_size() - others) / MIB - 1.0
             log(f"archive budget: {budget:.1f} MiB (64 MiB - tree - the rest of {args.out.parent} - 1 MiB)")
-        return pack_data(args.out, get_data_dir(args.data_dir), budget)
+        folders = DATA_FOLDERS + RELEASE_FOLDERS if args.release else DATA_FOLDERS
+        return pack_data(args.out, get_data_dir(args.data_dir), budget, folders)
+    if args.command == "split":
+        return split(args.archive, args.carry, args.beside)
     if args.command == "carry-size":
         return carry_report(args.carry)
     print(summary(args.out))

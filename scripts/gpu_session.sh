@@ -7,6 +7,7 @@
 #   scripts/gpu_session.sh --prepare           # HERE, before the lease: --fetch-wheels + --pack-data + sizes
 #   scripts/gpu_session.sh --fetch-wheels [DIR] # HERE: the GPU machine's wheels of constraints.txt (default .gpu_carry/wheels)
 #   scripts/gpu_session.sh --pack-data [DIR]    # HERE: the corpora the session reads, one .tar.xz (default .gpu_carry/data)
+#   scripts/gpu_session.sh --prepare-release     # HERE: wheels + corpora + the start, in parts for 4 calls (below)
 #
 # --size full (default): CUDA, bf16 where torch.cuda.is_bf16_supported(), the real sizes. --size tiny: the WHOLE
 # session on this CPU (cpu for cuda, fp32, smoke sizes, a few updates) in a few minutes, to prove it end to end;
@@ -29,6 +30,11 @@
 #           while the machine stays warm
 #   finish  waits for that run, evaluates its last checkpoints, the learning curve (scripts/learning_curve.py
 #           report: table + PNG) and `hf-tlaser evaluate` (NTREX-128 retrieval + SIB-200)
+#   release the release recipe (scripts/release.py: 2,000 updates from multilingual-e5-small, the dev sets, SIB-200,
+#           the card), timed; when its training has ended, the levers stage starts beside its evaluation
+#   levers  the release curve's levers at 500 updates, side by side: twice the batch at equal tokens
+#           (--update-tokens 2000, 250 updates), self-distillation toward the start (--teacher, weights 100 and
+#           1000), each evaluated as the recipe's own checkpoint 500 is (dev sets, SIB-200 seed 0)
 #   all     setup,bench,dist,train,finish in one command (train then waits until the run is done): --size tiny
 #
 # Time plan of one 30-minute lease (full): three back-to-back device calls of at most 10 minutes each. A machine
@@ -51,6 +57,13 @@
 #   Each device call: carry [".gpu_carry"] (wheels 25.2 MiB + corpora 32.3 MiB + the tree 1.6 MiB = 59 MiB of 64;
 #   `--prepare` prints the sum), command `bash scripts/gpu_session.sh --stage STAGES`. The corpora archive holds
 #   the training mix whole except Europarl, cut to its first ~357k of 694k pairs to fit (DATA.txt says how many).
+# The release stage reads the start and the whole release corpora: ~140 MiB with the wheels (the start packs to ~40
+#   MiB as xz), three calls' worth. --prepare-release writes .gpu_carry/part1..3 (part1 sized to travel beside the
+#   wheels). Send the calls back to back (a machine stays warm 30 s): carry [".gpu_carry/wheels", ".gpu_carry/part1"],
+#   command `mkdir -p /tmp/parts && cp .gpu_carry/part1/* /tmp/parts/ && HF_TLASER_DATA=/tmp bash
+#   scripts/gpu_session.sh --stage setup`; then carry [".gpu_carry/part2"], `cp .gpu_carry/part2/* /tmp/parts/`;
+#   last, carry [".gpu_carry/part3"], `mkdir -p .gpu_carry/data && cat /tmp/parts/* .gpu_carry/part3/*
+#   >.gpu_carry/data/data.tar.xz && bash scripts/gpu_session.sh --stage release --deadline-minutes 9.6`.
 # $OUT (at most 8 files): SUMMARY.md, BENCHMARKS.md, BENCHMARKS.json, environment.json, learning_curve.md,
 #   learning_curve.png, results.tar.gz (distributed.json, train.json, curve.json, the evaluation report), logs.tar.gz.
 set -uo pipefail
@@ -87,6 +100,11 @@ while [ $# -gt 0 ]; do
         python scripts/gpu_session.py fetch-wheels "$CARRY/wheels" || exit
         python scripts/gpu_session.py pack-data "$CARRY/data" || exit
         exec python scripts/gpu_session.py carry-size "$CARRY" ;;
+    --prepare-release)
+        mkdir -p .git/info && { grep -qx "/$CARRY/" .git/info/exclude 2>/dev/null || echo "/$CARRY/" >>.git/info/exclude; }
+        python scripts/gpu_session.py fetch-wheels "$CARRY/wheels" --no-deepspeed || exit
+        python scripts/gpu_session.py pack-data "$CARRY/release-data" --release --budget-mib 220 || exit
+        exec python scripts/gpu_session.py split "$CARRY/release-data/data.tar.xz" "$CARRY" --beside "$CARRY/wheels" ;;
     -h | --help) usage; exit 0 ;;
     *) die "unknown argument $1 (see --help)" ;;
     esac
@@ -112,6 +130,10 @@ if [ "$SIZE" = full ]; then
     TRAIN_ARGS=(--preset small --max-steps 1000000)
     EVAL_ARGS=(--seeds 0 1 2)
     FINISH_EVAL_LIMIT=240
+    RELEASE_ARGS=()              # the recipe as it is: 2,000 updates, the dev sets, SIB-200 seeds 0 1 2
+    RELEASE_TRAIN=()
+    LEVER_UPDATES=500
+    LEVER_EVAL=(--seeds 0)
     DEADLINE_MIN=${DEADLINE_MIN:-9.5}
 else
     DEVICE=cpu
@@ -130,6 +152,10 @@ else
     SAVE_STEPS=${SAVE_STEPS:-3}  # curve points: random init, update 3, update 6
     EVAL_ARGS=(--seeds 0 --epochs 20 --projection none)
     FINISH_EVAL_LIMIT=300
+    RELEASE_ARGS=(--updates 4 --seeds 0 --epochs 5 --retrieval-sets ntrex128)
+    RELEASE_TRAIN=(--save-steps 2 --max-sentences 4000)
+    LEVER_UPDATES=2
+    LEVER_EVAL=(--seeds 0 --epochs 5)
     DEADLINE_MIN=${DEADLINE_MIN:-30}
 fi
 START=$(date +%s)
@@ -182,6 +208,12 @@ publish() { # at most 8 flat files into $OUT, each under 16 MiB
     for f in distributed.json train.json; do [ -f "$RESULTS/$f" ] && extra+=("results/$f"); done
     [ -f "$RUN/curve.json" ] && extra+=("train/ctlaser-small/curve.json")
     [ -d "$WORK/eval" ] && extra+=("eval")
+    [ -f "$RESULTS/release.json" ] && extra+=("results/release.json")
+    local f
+    for f in "$WORK"/release/{README.md,trainer_state.json,train_log.jsonl,hf_tlaser_train.json,eval/results.json} \
+        "$WORK"/levers/*/{results.json,train_log.jsonl,hf_tlaser_train.json}; do
+        [ -f "$f" ] && extra+=("${f#"$WORK"/}")
+    done
     [ ${#extra[@]} -gt 0 ] && tar -czf "$OUT_DIR/results.tar.gz" -C "$WORK" "${extra[@]}"
     tar -czf "$OUT_DIR/logs.tar.gz" -C "$WORK" logs
     for f in "$OUT_DIR"/*; do
@@ -523,6 +555,69 @@ EOF
     say "finish: done"
 }
 
+# ------------------------------------------------------------------------------------------------ release
+stage_release() { # the release recipe (scripts/release.py) on this device, timed; the levers start when it has trained
+    local out=$WORK/release start=$SECONDS pid levers_pid="" trained=""
+    [ -f "$HF_TLASER_DATA/multilingual-e5-small/config.json" ] ||
+        { say "release: no start in $HF_TLASER_DATA/multilingual-e5-small (pack-data --release)"; return 1; }
+    [ -e "$out" ] && { say "release: $out exists on this machine; kept"; return 1; }
+    say "release: scripts/release.py ${RELEASE_ARGS[*]}, the recipe's checkpoints kept for the levers"
+    # --save-total-limit after --: every 250-update checkpoint stays (the levers' plain point)
+    "$PY" scripts/release.py --output "$out" --data-dir "$HF_TLASER_DATA" "${RELEASE_ARGS[@]}" -- \
+        --save-total-limit 100 "${RELEASE_TRAIN[@]}" >"$LOGS/release.log" 2>&1 &
+    pid=$!
+    while kill -0 "$pid" 2>/dev/null; do
+        if [ -z "$trained" ] && [ -f "$out/trainer_state.json" ]; then
+            trained=$((SECONDS - start))
+            note "$RESULTS/release.json" train_seconds "$trained"
+            say "release: trained in ${trained} s; evaluating; the levers start beside it"
+            stage_levers &
+            levers_pid=$!
+        fi
+        if [ "$(left)" -le 25 ]; then
+            say "release: out of time; stopping it"
+            kill -TERM "$pid" 2>/dev/null
+            break
+        fi
+        sleep 5
+    done
+    wait "$pid"
+    note "$RESULTS/release.json" exit "$?"
+    note "$RESULTS/release.json" seconds "$((SECONDS - start))"
+    note "$RESULTS/release.json" device "\"$DEVICE\""
+    tr '\r' '\n' <"$LOGS/release.log" | grep -E '^release:|Error' | tail -n 3
+    [ -n "$levers_pid" ] && wait "$levers_pid"
+}
+
+lever() { # lever NAME UPDATES TRAIN_ARGS...: one warm-start run at the release recipe, then its dev-set evaluation
+    local name=$1 updates=$2 corpora
+    shift 2
+    corpora=$("$PY" -c 'import runpy; print(runpy.run_path("scripts/release.py")["CORPORA"])')
+    timeout $(($(left) - 20)) nice -n 10 "$PY" -m hf_tlaser.cli train --model ctlaser --seed 1 --corpora "$corpora" \
+        --init-from "$HF_TLASER_DATA/multilingual-e5-small" --data-dir "$HF_TLASER_DATA" --max-steps "$updates" \
+        --save-steps 1000000 --output-dir "$WORK/levers/$name" "$@" "${RELEASE_TRAIN[@]}" >"$LOGS/lever-$name.log" 2>&1 &&
+        lever_eval "$name" "$WORK/levers/$name"
+}
+
+lever_eval() { # lever_eval NAME FOLDER: the release recipe's retrieval sets, Multi30k test 2016 and SIB-200 (seed 0)
+    local m30k=$HF_TLASER_DATA/multi30k/task1-raw/test_2016_flickr
+    timeout $(($(left) - 20)) nice -n 10 "$PY" -m hf_tlaser.cli evaluate "$2" --suite retrieval sib200 --data-dir "$HF_TLASER_DATA" \
+        --retrieval-sets $("$PY" -c 'import runpy; print(*runpy.run_path("scripts/release.py")["RETRIEVAL_SETS"])') \
+        "files:cs=$m30k.cs.gz:de=$m30k.de.gz:en=$m30k.en.gz:fr=$m30k.fr.gz" \
+        --projection none --no-references "${LEVER_EVAL[@]}" --output-dir "$WORK/levers/$1-eval" >>"$LOGS/lever-$1.log" 2>&1
+    say "lever $1: exit $? ($(tail -c 160 "$LOGS/lever-$1.log" | tr '\r\n' '  '))"
+}
+
+stage_levers() { # the release curve's levers at LEVER_UPDATES against the recipe's own checkpoint there, side by side
+    mkdir -p "$WORK/levers"
+    local start=$HF_TLASER_DATA/multilingual-e5-small plain=$WORK/release/checkpoint-$LEVER_UPDATES
+    if [ -d "$plain" ]; then lever_eval plain "$plain" & else say "levers: no $plain (run the release stage first)"; fi
+    lever batch2x $((LEVER_UPDATES / 2)) --update-tokens 2000 &   # equal tokens: twice the batch, half the updates
+    lever distill100 "$LEVER_UPDATES" --teacher "$start" --distill-weight 100 &
+    lever distill1000 "$LEVER_UPDATES" --teacher "$start" --distill-weight 1000 &
+    wait
+}
+
 # ------------------------------------------------------------------------------------------------ main
 say "size $SIZE, device $DEVICE, stages $STAGES, work $WORK, out $OUT_DIR, deadline ${DEADLINE_MIN} min"
 stage_setup
@@ -530,7 +625,7 @@ IFS=, read -r -a stage_list <<<"$STAGES"
 for stage in "${stage_list[@]}"; do
     case "$stage" in
     setup) ;;
-    bench | dist | train | finish)
+    bench | dist | train | finish | release | levers)
         if [ "$(left)" -le 30 ]; then
             say "no time left in this call for stage $stage"
             continue

@@ -8,6 +8,10 @@ reference rows, with a model card ready for ``hf-tlaser push``.
 A run that was cut short continues from its last checkpoint when started again with the same ``--output``
 (``--resume auto``, the same data order); a finished one is kept as it is. Arguments after ``--`` go to
 ``hf-tlaser train`` (the tests' tiny runs). The recipe and its measured learning curve: docs/results.md, "Release".
+
+How long it takes, all of it (data, 2,000 updates, the evaluation, the card): 8.1 minutes on one H100, measured; about
+86 minutes on a 2-core CPU with native bf16 and about 3.5 hours on a 2-core AVX2-only CPU (fp32), estimated from the
+measured time per update (2.05 s and 5.2 s) plus the evaluation.
 """
 
 from __future__ import annotations

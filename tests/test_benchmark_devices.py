@@ -100,3 +100,33 @@ def test_session_summary(tmp_path):
     assert "1. paper_preset tok/s: bf16/tlaser 100,000, bf16/laser6 40,000" in text
     assert "2. ctlaser cost, pair mode: 0.3 (MISSED)" in text and "pair/tlaser 90,000; cost pair 30.0 %" in text
     assert "fsdp_active" in text and "## Training and evaluation\n\n- not run" in text
+    assert "## Release recipe" not in text
+    (tmp_path / "release.json").write_text(json.dumps({"train_seconds": 335, "exit": 0}))
+    assert "## Release recipe\n\n- train_seconds: 335\n- exit: 0" in gpu_session.summary(tmp_path)
+
+
+def test_archive_split_into_parts_that_each_travel_and_restore_it(tmp_path, monkeypatch):
+    gpu_session = _gpu_session()
+    mib = gpu_session.MIB
+    monkeypatch.setattr(gpu_session, "CARRY_LIMIT_MIB", 4)  # 4 MiB may travel: 1 to spare, 1 for the tree
+    monkeypatch.setattr(gpu_session, "tree_size", lambda: mib)
+    wheels = tmp_path / "carry" / "wheels"
+    wheels.mkdir(parents=True)
+    (wheels / "a.whl").write_bytes(b"w" * (mib // 2))
+    archive = tmp_path / "data.tar.xz"
+    archive.write_bytes(bytes(range(256)) * (5 * mib // 256 + 7))
+    (tmp_path / "carry" / "part9").mkdir()  # a stale part of an earlier split
+    assert gpu_session.split(archive, tmp_path / "carry", wheels) == 0
+    parts = sorted((tmp_path / "carry").glob("part*/*"))
+    assert [p.parent.name for p in parts] == ["part1", "part2", "part3"]
+    assert [p.stat().st_size for p in parts[:2]] == [mib + mib // 2, 2 * mib]  # part1 leaves room for the wheels
+    assert b"".join(p.read_bytes() for p in parts) == archive.read_bytes()
+
+
+def test_wheels_asked_for_leave_out_torch_and_the_package_itself():
+    gpu_session = _gpu_session()
+    names = {
+        gpu_session.canonical(r.split("[")[0].split(">")[0].split("=")[0].strip()) for r in gpu_session.requirements()
+    }
+    assert {"transformers", "faiss-cpu", "pytest"} <= names
+    assert not names & {"torch", "hf-tlaser"}  # the dev extra's hf_tlaser[openvino]: pip cannot fetch the package

@@ -156,7 +156,7 @@ else
     EVAL_ARGS=(--seeds 0 --epochs 20 --projection none)
     FINISH_EVAL_LIMIT=300
     RELEASE_ARGS=(--updates 4 --seeds 0 --epochs 5 --retrieval-sets ntrex128)
-    RELEASE_TRAIN=(--save-steps 2 --max-sentences 4000)
+    RELEASE_TRAIN=(--save-steps 2)
     LEVER_UPDATES=2
     LEVER_EVAL=(--seeds 0 --epochs 5)
     DEADLINE_MIN=${DEADLINE_MIN:-30}

@@ -7,7 +7,7 @@
 #   scripts/gpu_session.sh --prepare           # HERE, before the lease: --fetch-wheels + --pack-data + sizes
 #   scripts/gpu_session.sh --fetch-wheels [DIR] # HERE: the GPU machine's wheels of constraints.txt (default .gpu_carry/wheels)
 #   scripts/gpu_session.sh --pack-data [DIR]    # HERE: the corpora the session reads, one .tar.xz (default .gpu_carry/data)
-#   scripts/gpu_session.sh --prepare-release     # HERE: wheels + corpora + the start, in parts for 4 calls (below)
+#   scripts/gpu_session.sh --prepare-release     # HERE: wheels + corpora + the start, in parts for 3 calls (below)
 #
 # --size full (default): CUDA, bf16 where torch.cuda.is_bf16_supported(), the real sizes. --size tiny: the WHOLE
 # session on this CPU (cpu for cuda, fp32, smoke sizes, a few updates) in a few minutes, to prove it end to end;
@@ -58,15 +58,16 @@
 #   Each device call: carry [".gpu_carry"] (wheels 25.2 MiB + corpora 32.3 MiB + the tree 1.6 MiB = 59 MiB of 64;
 #   `--prepare` prints the sum), command `bash scripts/gpu_session.sh --stage STAGES`. The corpora archive holds
 #   the training mix whole except Europarl, cut to its first ~357k of 694k pairs to fit (DATA.txt says how many).
-# The release stage reads the start and the whole release corpora: ~140 MiB with the wheels (the start packs to ~40
-#   MiB as xz), three calls' worth. --prepare-release writes .gpu_carry/part1..3 (part1 sized to travel beside the
+# The release stage reads the start and the whole release corpora: 111 MiB as xz, 134 MiB with the wheels, three
+#   calls' worth. --prepare-release writes .gpu_carry/part1..3 (part1 sized to travel beside the
 #   wheels). Send the calls back to back (a machine stays warm 30 s): carry [".gpu_carry/wheels", ".gpu_carry/part1"],
 #   command `mkdir -p /tmp/parts && cp .gpu_carry/part1/* /tmp/parts/ && HF_TLASER_DATA=/tmp bash
 #   scripts/gpu_session.sh --stage setup`; then carry [".gpu_carry/part2"], `cp .gpu_carry/part2/* /tmp/parts/`;
 #   last, carry [".gpu_carry/part3"], `mkdir -p .gpu_carry/data && cat /tmp/parts/* .gpu_carry/part3/*
 #   >.gpu_carry/data/data.tar.xz && bash scripts/gpu_session.sh --stage release --deadline-minutes 9.2`. Seen on an
-#   H100: 626 s of device time for the three calls, the machine's start included; the levers need a call of their
-#   own (~6 min: the teacher's vectors, 500 updates and an evaluation each, side by side) on the same warm machine.
+#   H100: 626 s of device time for the three calls, the machine's start included. The levers need a call of their
+#   own on the same warm machine; they have not run to the end yet (a first try beside the release evaluation was
+#   cut at updates 235 of 250, 60 and 16 of 500).
 # $OUT (at most 8 files): SUMMARY.md, BENCHMARKS.md, BENCHMARKS.json, environment.json, learning_curve.md,
 #   learning_curve.png, results.tar.gz (distributed.json, train.json, curve.json, the evaluation report), logs.tar.gz.
 set -uo pipefail
@@ -207,12 +208,11 @@ publish() { # at most 8 flat files into $OUT, each under 16 MiB
     for f in SUMMARY.md BENCHMARKS.md BENCHMARKS.json environment.json learning_curve.md learning_curve.png; do
         [ -f "$RESULTS/$f" ] && cp "$RESULTS/$f" "$OUT_DIR/$f"
     done
-    local extra=()
+    local extra=() f
     for f in distributed.json train.json; do [ -f "$RESULTS/$f" ] && extra+=("results/$f"); done
     [ -f "$RUN/curve.json" ] && extra+=("train/ctlaser-small/curve.json")
     [ -d "$WORK/eval" ] && extra+=("eval")
     [ -f "$RESULTS/release.json" ] && extra+=("results/release.json")
-    local f
     for f in "$WORK"/release/{README.md,trainer_state.json,train_log.jsonl,hf_tlaser_train.json,eval/results.json} \
         "$WORK"/levers/*/{results.json,train_log.jsonl,hf_tlaser_train.json}; do
         [ -f "$f" ] && extra+=("${f#"$WORK"/}")
@@ -577,10 +577,9 @@ stage_release() { # the release recipe (scripts/release.py) on this device, time
 }
 
 lever() { # lever NAME UPDATES TRAIN_ARGS...: one warm-start run at the release recipe, then its dev-set evaluation
-    local name=$1 updates=$2 corpora
+    local name=$1 updates=$2
     shift 2
-    corpora=$("$PY" -c 'import runpy; print(runpy.run_path("scripts/release.py")["CORPORA"])')
-    timeout $(($(left) - 20)) nice -n 10 "$PY" -m hf_tlaser.cli train --model ctlaser --seed 1 --corpora "$corpora" \
+    timeout $(($(left) - 20)) nice -n 10 "$PY" -m hf_tlaser.cli train --model ctlaser --seed 1 --corpora "$RELEASE_CORPORA" \
         --init-from "$HF_TLASER_DATA/multilingual-e5-small" --data-dir "$HF_TLASER_DATA" --max-steps "$updates" \
         --save-steps 1000000 --output-dir "$WORK/levers/$name" "$@" "${RELEASE_TRAIN[@]}" >"$LOGS/lever-$name.log" 2>&1 &&
         lever_eval "$name" "$WORK/levers/$name"
@@ -589,7 +588,7 @@ lever() { # lever NAME UPDATES TRAIN_ARGS...: one warm-start run at the release 
 lever_eval() { # lever_eval NAME FOLDER: the release recipe's retrieval sets, Multi30k test 2016 and SIB-200 (seed 0)
     local m30k=$HF_TLASER_DATA/multi30k/task1-raw/test_2016_flickr
     timeout $(($(left) - 20)) nice -n 10 "$PY" -m hf_tlaser.cli evaluate "$2" --suite retrieval sib200 --data-dir "$HF_TLASER_DATA" \
-        --retrieval-sets $("$PY" -c 'import runpy; print(*runpy.run_path("scripts/release.py")["RETRIEVAL_SETS"])') \
+        --retrieval-sets $RELEASE_SETS \
         "files:cs=$m30k.cs.gz:de=$m30k.de.gz:en=$m30k.en.gz:fr=$m30k.fr.gz" \
         --projection none --no-references "${LEVER_EVAL[@]}" --output-dir "$WORK/levers/$1-eval" >>"$LOGS/lever-$1.log" 2>&1
     say "lever $1: exit $? ($(tail -c 160 "$LOGS/lever-$1.log" | tr '\r\n' '  '))"
@@ -597,6 +596,9 @@ lever_eval() { # lever_eval NAME FOLDER: the release recipe's retrieval sets, Mu
 
 stage_levers() { # the release curve's levers at LEVER_UPDATES against the recipe's own checkpoint there, side by side
     mkdir -p "$WORK/levers"
+    # the release recipe's corpora and retrieval sets, read once from scripts/release.py for every lever
+    RELEASE_CORPORA=$("$PY" -c 'import runpy; print(runpy.run_path("scripts/release.py")["CORPORA"])')
+    RELEASE_SETS=$("$PY" -c 'import runpy; print(*runpy.run_path("scripts/release.py")["RETRIEVAL_SETS"])')
     local start=$HF_TLASER_DATA/multilingual-e5-small plain=$WORK/release/checkpoint-$LEVER_UPDATES
     if [ -d "$plain" ]; then lever_eval plain "$plain" & else say "levers: no $plain (run the release stage first)"; fi
     lever batch2x $((LEVER_UPDATES / 2)) --update-tokens 2000 &   # equal tokens: twice the batch, half the updates

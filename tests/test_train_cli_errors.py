@@ -286,7 +286,11 @@ def test_help_shows_defaults_and_choices(monkeypatch):
     assert "moses:FOLDER" in text and "hf:ID_OR_FOLDER[:config=NAME]" in text  # --corpora specs
     assert "(default: 1000)" in text  # --max-steps
     assert "(default: wmt-newstest-multiway,europarl-v2-it-en,multi30k," in text  # --corpora
-    assert "recipe override (default: the preset's: paper all, small all, tiny 60000)" in text  # --max-lines
+    assert (
+        "read only the first N lines of every corpus file (default: the preset's: paper all, small all, tiny 60000)"
+        in text
+    )
+    assert "cap on the sentences of a micro-batch" in text  # --max-sentences: each recipe flag says what it does
 
 
 def test_the_flags_are_the_run_spec(tmp_path):

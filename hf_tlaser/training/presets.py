@@ -18,41 +18,57 @@ SIZES = ("paper", "small", "tiny")
 
 @dataclass
 class Recipe:
-    """Training recipe (paper footnote 6 / sec. 3 for ``paper``).
+    """Training recipe (paper footnote 6 / sec. 3 for ``paper``); each field's ``help`` (its metadata) is also its
+    ``hf-tlaser train`` flag's help (``training.spec.recipe_flag``)."""
 
-    Attributes:
-        vocab_size: joint BPE size trained when no tokenizer is given.
-        max_tokens: padded tokens per micro-batch (per side). update_tokens: target budget per update, reached with
-            gradient accumulation over micro-batches and processes (paper: 128K = 4000 x 16 x 2 GPUs).
-        learning_rate, warmup_updates, warmup_init_lr: peak lr and its linear warm-up.
-        lr_schedule: "inverse_sqrt" (fairseq: lr x sqrt(warmup_updates / update) after the warm-up) or "step"
-            (LDT, Mao et al. 2021 sec. 4.1: the peak held, then / 10 after ``lr_step_epochs`` epochs).
-        adam_betas, weight_decay, max_grad_norm: optimiser.
-        max_sentence_tokens: cleaning cap on sentence length (tokens incl. STR_TAG and </s>).
-        batching: "pair" (one language pair per micro-batch, the paper's curriculum) or "multiway" (aligned groups,
-            each encoded sentence is a translation source and a distance partner).
-        batch_composition: "length" (rows sorted by length within chunks before packing: least padding) or
-            "random" (packed in shuffled order: in-batch negatives of any length); see ``hf_tlaser.data.batching``.
-        max_lines: read only the first lines of every corpus file (None: all); a few-minute run sees less anyway.
-        max_sentences: cap on the sentences of a micro-batch (None: the token budget alone; cNV: the paper's 80).
-    """
-
-    vocab_size: int = 50000
-    max_tokens: int = 4000
-    update_tokens: int = 128000
-    learning_rate: float = 5e-4
-    warmup_updates: int = 4000
-    warmup_init_lr: float = 1e-7
-    lr_schedule: str = "inverse_sqrt"
-    lr_step_epochs: float = 3.0
-    adam_betas: tuple[float, float] = (0.9, 0.98)
-    weight_decay: float = 1e-4
-    max_grad_norm: float = 0.0
-    max_sentence_tokens: int = 250
-    batching: str = "pair"
-    batch_composition: str = "length"
-    max_lines: int | None = None
-    max_sentences: int | None = None
+    vocab_size: int = field(default=50000, metadata={"help": "joint BPE size trained when no tokenizer is given"})
+    max_tokens: int = field(default=4000, metadata={"help": "padded tokens per micro-batch (per side)"})
+    update_tokens: int = field(
+        default=128000,
+        metadata={
+            "help": "target tokens per update, reached with gradient accumulation over micro-batches and processes "
+            "(paper: 128K = 4000 x 16 x 2 GPUs)"
+        },
+    )
+    learning_rate: float = field(default=5e-4, metadata={"help": "peak learning rate"})
+    warmup_updates: int = field(default=4000, metadata={"help": "updates of the linear warm-up to the peak"})
+    warmup_init_lr: float = field(default=1e-7, metadata={"help": "learning rate at the warm-up's first update"})
+    lr_schedule: str = field(
+        default="inverse_sqrt",
+        metadata={
+            "help": "inverse_sqrt (fairseq: lr x sqrt(warmup_updates / update) after the warm-up) or step (LDT, Mao "
+            "et al. 2021 sec. 4.1: the peak held, then / 10 after --lr-step-epochs epochs)"
+        },
+    )
+    lr_step_epochs: float = field(default=3.0, metadata={"help": "epochs before the step schedule's / 10"})
+    adam_betas: tuple[float, float] = field(default=(0.9, 0.98), metadata={"help": "Adam's betas"})
+    weight_decay: float = field(default=1e-4, metadata={"help": "AdamW's weight decay"})
+    max_grad_norm: float = field(default=0.0, metadata={"help": "gradient clipping norm (0: none)"})
+    max_sentence_tokens: int = field(
+        default=250, metadata={"help": "cleaning cap on sentence length (tokens incl. STR_TAG and </s>)"}
+    )
+    batching: str = field(
+        default="pair",
+        metadata={
+            "help": "pair (one language pair per micro-batch, the paper's curriculum) or multiway (aligned groups, "
+            "each encoded sentence a translation source and a distance partner)"
+        },
+    )
+    batch_composition: str = field(
+        default="length",
+        metadata={
+            "help": "length (rows sorted by length within chunks before packing: least padding) or random (packed "
+            "in shuffled order: in-batch negatives of any length)"
+        },
+    )
+    max_lines: int | None = field(
+        default=None,
+        metadata={"help": "read only the first N lines of every corpus file"},
+    )
+    max_sentences: int | None = field(
+        default=None,
+        metadata={"help": "cap on the sentences of a micro-batch (all: the token budget alone; cNV: the paper's 80)"},
+    )
 
 
 @dataclass

@@ -30,6 +30,7 @@ from hf_tlaser.training.presets import (
     SIZES,
     WARM_ENCODER_LR,
     WARM_FREEZE_UPDATES,
+    Recipe,
     get_preset,
 )
 from hf_tlaser.training.trainer import LR_SCHEDULES
@@ -89,7 +90,8 @@ def recipe_flag(name: str, *, values: dict | None = None):
     size its help lists."""
     sizes = [getattr(get_preset(MODELS[0], size).recipe, name) for size in SIZES]
     presets = ", ".join(f"{size} {'all' if value is None else value}" for size, value in zip(SIZES, sizes))
-    help = f"recipe override (default: the preset's: {presets})"
+    what = next(f.metadata["help"] for f in fields(Recipe) if f.name == name)
+    help = f"{what} (default: the preset's: {presets})"
     return flag(None, families=MODELS, values=values, choices=CHOICES.get(name), help=help)
 
 

@@ -5,6 +5,7 @@ exit-2 usage errors."""
 from __future__ import annotations
 
 import json
+import logging
 import math
 from pathlib import Path
 from types import SimpleNamespace
@@ -173,6 +174,31 @@ def test_collator_gathers_the_pivot_vector_for_both_sides(tokenizer):
     assert torch.equal(targets, torch.tensor([[4.0, 5.0]] * 3))
 
 
+def test_collator_computes_a_pivot_text_outside_the_plan_once(tokenizer, caplog):
+    class Teacher:
+        spec = "toy"
+
+        def __init__(self):
+            self.asked: list[list[str]] = []
+
+        def encode(self, texts):
+            self.asked.append(list(texts))
+            return np.array([[float(len(t)), 1.0] for t in texts], dtype=np.float32)
+
+    teacher = Teacher()
+    inner = lambda examples: {}  # noqa: E731
+    collator = DistillCollator(inner, tokenizer, np.ones((1, 2)), {"a": 0}, [("de", "en")], ["en"], teacher)
+    pair = dict(src_lang="de", tgt_lang="en")
+    pairs = [dict(src="x", tgt="a", **pair), dict(src="y", tgt="bcd", **pair)]
+    targets = collator(pairs)[DISTILL_INPUTS[2]]
+    assert targets.tolist() == [[1.0, 1.0]] * 2 + [[3.0, 1.0]] * 2
+    collator(pairs)
+    assert teacher.asked == [["bcd"]] and collator.late == 1  # computed once, then read
+    assert sum("outside the planned micro-batches" in r.getMessage() for r in caplog.records) == 1
+    with pytest.raises(KeyError, match="'bcd'"):
+        DistillCollator(inner, tokenizer, np.ones((1, 2)), {"a": 0}, [("de", "en")], ["en"])(pairs)
+
+
 def error_lines(stderr: str) -> list[str]:
     """The error lines of stderr (loading a teacher may draw progress bars there)."""
     return [line for line in stderr.splitlines() if "error" in line.lower()]
@@ -185,6 +211,7 @@ def logged(out: Path) -> list[dict]:
 
 @pytest.mark.parametrize("model", ["tlaser", "ctlaser", "laser1", "ldt", "yu2018"])
 def test_short_run_with_a_teacher_logs_the_parts_and_saves(model, tmp_path, tokenizer_dir, teacher32, caplog):
+    caplog.set_level(logging.INFO, logger="hf_tlaser.train")
     out = tmp_path / "run"
     args = distill_args(out, tokenizer_dir, model, "--teacher", str(teacher32), "--teacher-cache", str(tmp_path / "c"))
     assert main(args) == 0
@@ -196,6 +223,10 @@ def test_short_run_with_a_teacher_logs_the_parts_and_saves(model, tmp_path, toke
     assert (out / "model.safetensors").is_file()
     warnings = [r.getMessage() for r in caplog.records if "does not list the training languages" in r.getMessage()]
     assert len(warnings) == 1 and "['fr']" in warnings[0], warnings  # the tiny teacher's card: de, en
+    messages = [r.getMessage() for r in caplog.records]
+    planned = [m for m in messages if "micro-batches read" in m]
+    assert len(planned) == 1 and "the run's 4 micro-batches read" in planned[0], planned  # 3 updates + 1 ahead
+    assert not [m for m in messages if "outside the planned micro-batches" in m]  # the plan held every pivot text
     record = json.loads((out / "run.json").read_text()) if (out / "run.json").is_file() else None
     if record is not None:
         assert record["args"]["teacher"] == str(teacher32)

@@ -224,6 +224,8 @@ def test_run_suite_reports_reference_rows(tmp_path, data_dir):
     assert majority == pytest.approx(100 * 51 / 204)  # science/technology: 51 of 204 test sentences
     report = (tmp_path / "report.md").read_text()
     table = report.split("## Results\n\n")[1].split("\n\n")[0].splitlines()
+    langs = results["retrieval"]["matrices"]["ud-pud"]["absolute"]["langs"]
+    assert len(langs) >= 2 and f"| ud-pud xsim % (absolute, {len(langs) * (len(langs) - 1)} directions) |" in table[0]
     assert [row.split(" | ")[0] for row in table[2:]] == [
         "| toy",
         "| reversed (reference)",

@@ -61,6 +61,12 @@ def test_paper_defaults_and_parameter_count():
         (dict(decoder_lang_mode="prefix"), "decoder_lang_mode"),
         (dict(distance="cosine"), "distance"),
         (dict(languages=["en", "en"]), "languages"),
+        (dict(distance_beta=-0.5), "distance_beta=-0.5 must be >= 0"),
+        (dict(align_loss_weight=-1.0), "align_loss_weight=-1.0 must be >= 0"),
+        (dict(distance_alpha=-1.0), "distance_alpha=-1.0 must be >= 0"),
+        (dict(distance_lambda=-1.0), "distance_lambda=-1.0 must be >= 0 or None"),
+        (dict(label_smoothing=1.0), r"label_smoothing=1.0 must be in \[0, 1\)"),
+        (dict(distance_negatives=0), "distance_negatives=0 must be a positive integer"),
     ],
 )
 def test_broken_configs_raise(kwargs, field):

@@ -92,6 +92,7 @@ def finished_run(tmp_path_factory, tokenizer_dir) -> tuple[Path, str]:
     [
         (["--learning-rate", "-0.001"], "--learning-rate"),
         (["--set", "num_attention_heads=5"], "not divisible"),
+        (["--set", "distance_mt_weight=-1"], "TLaserConfig: distance_mt_weight=-1 must be >= 0"),
         (["--set", "no_such_key=1"], "unknown --set key 'no_such_key'; known keys: vocab_size, hidden_size"),
         (["--set", "hidden_size"], "--set 'hidden_size': expected KEY=VALUE"),
         (["--pairs", "de-xx"], "--pairs de-xx: no corpus has 'xx' text (the corpora wmt-newstest-multiway have"),

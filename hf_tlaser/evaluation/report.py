@@ -79,10 +79,21 @@ def about_table(about: dict) -> str:
     return markdown_table(["", ""], rows) if rows else "(not recorded)"
 
 
+def xsim_values(entry: dict) -> list[float]:
+    """The xsim errors (%) of one ``{"langs", "xsim"}`` matrix, one per direction (null diagonal skipped)."""
+    return [v for row in entry.get("xsim") or [] for v in row if isinstance(v, (int, float)) and not math.isnan(v)]
+
+
 def mean_xsim(entry: dict) -> float | None:
     """Mean xsim error (%) over the language pairs of one ``{"langs", "xsim"}`` matrix (null diagonal skipped)."""
-    values = [v for row in entry.get("xsim") or [] for v in row if isinstance(v, (int, float)) and not math.isnan(v)]
+    values = xsim_values(entry)
     return sum(values) / len(values) if values else None
+
+
+def retrieval_header(name: str, margin: str, entry: dict) -> str:
+    """Column title of a retrieval set's mean: the set, the margin and how many directions the mean covers (the
+    evaluated model's ``entry``), so that means over different language sets are not compared by mistake."""
+    return f"{name} xsim % ({margin}, {len(xsim_values(entry))} directions)"
 
 
 def mean_std(value: object) -> tuple[float, float | None] | None:
@@ -120,7 +131,7 @@ def summary_table(results: dict) -> str:
     retrieval = ((results.get("retrieval") or {}).get("matrices")) or {}
     columns = [(name, margin) for name, by_margin in retrieval.items() for margin in by_margin]
     suites = classification_suites(results)
-    headers = ["", *(f"{name} xsim % ({margin})" for name, margin in columns)]
+    headers = ["", *(retrieval_header(name, margin, retrieval[name][margin]) for name, margin in columns)]
     headers += [f"{suite} {key} acc %" for suite in suites for key in SUMMARY_KEYS]
     rows = []
     for label, entry in result_rows(results):

@@ -231,8 +231,11 @@ def train_joint(spec: RunSpec) -> LaserTrainer:
     config = model_config(preset, tokenizer, tokenizer_source, overrides)
     model = preset.model_class(config) if vocabulary is None else preset.model_class(config, vocabulary)
     collator = collator_for(model, tokenizer, plan.pairs)
+    # the micro-batches the run reads from the sampler: accelerate's loader fetches one ahead of the last
+    micro_batches = spec.max_steps * run.training_args.gradient_accumulation_steps + 1
     for plugin in plugins:
-        collator = plugin.attach(Built(model, collator, tokenizer, dataset, plan, checkpoint is not None))
+        built = Built(model, collator, tokenizer, dataset, plan, checkpoint is not None, sampler, micro_batches)
+        collator = plugin.attach(built)
     name = preset.name
     for plugin in plugins:
         name = plugin.model_name(name)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from torch.utils.data import Sampler
 from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 from hf_tlaser.data import ParallelExamples
@@ -133,7 +134,8 @@ def resolve_recipe(spec: RunSpec, preset_recipe: Recipe, warm: bool) -> Recipe:
 @dataclass(frozen=True)
 class Built:
     """What a plugin's ``attach`` reads: the built model (from the checkpoint when ``resumed``) and the family's
-    collator, the run's tokenizer, dataset and data plan."""
+    collator, the run's tokenizer, dataset and data plan, this rank's batch sampler (None when streaming) and the
+    number of micro-batches the run reads from it (None: not known)."""
 
     model: PreTrainedModel
     collator: object
@@ -141,6 +143,8 @@ class Built:
     dataset: ParallelExamples
     plan: DataPlan
     resumed: bool
+    sampler: Sampler | None = None
+    micro_batches: int | None = None
 
 
 class Plugin:

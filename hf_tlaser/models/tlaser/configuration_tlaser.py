@@ -212,6 +212,15 @@ class TLaserConfig(PretrainedConfig):
             raise ValueError(f"TLaserConfig: languages={self.languages} must be a non-empty list without repeats")
         if self.pooling not in POOLINGS:
             raise ValueError(f"TLaserConfig: pooling={self.pooling!r}; expected one of {POOLINGS}")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ValueError(f"TLaserConfig: label_smoothing={self.label_smoothing} must be in [0, 1)")
+        for name in ("distance_beta", "distance_mt_weight", "align_loss_weight", "distance_alpha"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"TLaserConfig: {name}={getattr(self, name)} must be >= 0")
+        if self.distance_lambda is not None and self.distance_lambda < 0:
+            raise ValueError(f"TLaserConfig: distance_lambda={self.distance_lambda} must be >= 0 or None")
+        if self.distance_negatives <= 0:
+            raise ValueError(f"TLaserConfig: distance_negatives={self.distance_negatives} must be a positive integer")
         if self.backbone is not None and "model_type" not in self.backbone:
             raise ValueError("TLaserConfig: backbone must be a config dict with its model_type (config.to_dict())")
         if self.backbone is not None and self.backbone.get("hidden_size", self.hidden_size) != self.hidden_size:

@@ -9,9 +9,9 @@ A run that was cut short continues from its last checkpoint when started again w
 (``--resume auto``, the same data order); a finished one is kept as it is. Arguments after ``--`` go to
 ``hf-tlaser train`` (the tests' tiny runs). The recipe and its measured learning curve: docs/results.md, "Release".
 
-How long it takes, all of it (data, 2,000 updates, the evaluation, the card): 8.1 minutes on one H100, measured; about
-86 minutes on a 2-core CPU with native bf16 and about 3.5 hours on a 2-core AVX2-only CPU (fp32), estimated from the
-measured time per update (2.05 s and 5.2 s) plus the evaluation.
+How long it takes, all of it (data, 2,000 updates, the evaluation, the card): 8.1 minutes on one H100 and 80.6
+minutes on a 2-core CPU with native bf16 (``scripts/release.sh`` from a fresh clone, set-up included), measured; about
+3.5 hours on a 2-core AVX2-only CPU (fp32), estimated from the 5.2 s per update measured there plus the evaluation.
 """
 
 from __future__ import annotations

@@ -10,8 +10,9 @@ import yaml
 from huggingface_hub import ModelCard
 
 from hf_tlaser import TLaserConfig
+from hf_tlaser.data.corpora import REGISTRY
 from hf_tlaser.hub import render_model_card, write_model_card
-from hf_tlaser.hub.model_card import GENERATED_MARKER
+from hf_tlaser.hub.model_card import CORPUS_TERMS, GENERATED_MARKER
 
 RESULTS = {
     "retrieval": {
@@ -113,3 +114,9 @@ def test_generated_card_is_regenerated(model_dir):
     (model_dir / "eval").mkdir()
     (model_dir / "eval" / "results.json").write_text(json.dumps(RESULTS))
     assert "61.50 ± 1.50" in write_model_card(model_dir).read_text()
+
+
+def test_every_registered_corpus_states_its_terms():
+    """A card lists each training corpus with its terms (from its PROVENANCE.md): none may fall back to 'see its
+    provenance'."""
+    assert sorted(set(REGISTRY) - set(CORPUS_TERMS)) == []

@@ -62,6 +62,7 @@ def test_release_recipe_writes_a_pushable_folder_with_its_card(release, st_dir, 
         "Inputs are limited to",
     ):
         assert expected in card, expected
+    assert "CPU reproduction" not in card  # a warm start, not a small-scale reproduction of the paper
     before = (out / "model.safetensors").read_bytes()
     assert release.main([*argv, "--", *tiny_train_args()]) == 0  # finished: evaluated again, not retrained
     assert (out / "model.safetensors").read_bytes() == before

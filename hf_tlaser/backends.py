@@ -279,7 +279,16 @@ def openvino_runner(path: Path, precision: str = "fp32", threads: int = 1):
     output = compiled.output(0)
 
     def run(input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
-        return compiled({"input_ids": input_ids, "attention_mask": attention_mask})[output]
+        states = compiled({"input_ids": input_ids, "attention_mask": attention_mask})[output]
+        if states.shape[:2] != input_ids.shape:
+            # seen with ONEDNN_MAX_CPU_ISA limiting an AVX512 CPU: the int8-weight kernels return an empty array
+            limit = os.environ.get("ONEDNN_MAX_CPU_ISA")
+            hint = f"; ONEDNN_MAX_CPU_ISA={limit} is set, run without it" if limit else ""
+            raise RuntimeError(
+                f"{path}: OpenVINO returned final states of shape {tuple(states.shape)} for input ids of shape "
+                f"{tuple(input_ids.shape)}{hint}"
+            )
+        return states
 
     return run
 

@@ -1,6 +1,14 @@
 #!/usr/bin/env bash
-# Set up (see setup.sh) and run the test suite.
+# Set up (see setup.sh) and run the test suite: one pytest-xdist worker per CPU this process may use, each on one
+# thread (tests/conftest.py), so that no OpenMP thread waits for another job's core.
+#   HF_TLASER_TEST_WORKERS=N  N workers instead (0: one process, two threads, as before)
+#   extra arguments go to pytest
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-python -m pytest -q tests
+PY=${PYTHON:-python}
+WORKERS=${HF_TLASER_TEST_WORKERS:-$("$PY" -c 'import os; print(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)')}
+if [ "$WORKERS" -le 1 ]; then
+    WORKERS=0
+fi
+"$PY" -m pytest -q -n "$WORKERS" tests "$@"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 
 import pytest
 import torch
@@ -12,7 +13,13 @@ from hf_tlaser.data.readers import iter_lines
 from hf_tlaser.tokenization import save_tokenizer, train_tokenizer
 from tests.tiny_models import PROMPTS, make_st_model, save_tiny_tlaser, save_tiny_xlmr, save_warm_ctlaser, st_modules
 
-torch.set_num_threads(2)
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # two workers on two cores: one thread each, the processes they start included (a third thread on two cores
+    # makes every OpenMP barrier wait)
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
+else:
+    torch.set_num_threads(2)
 
 
 @pytest.fixture(scope="session")

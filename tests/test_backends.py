@@ -135,6 +135,27 @@ def test_the_cpu_class_is_the_widest_int8_target_and_native_bf16(monkeypatch, fl
         assert backends.this_cpu_target() == target
 
 
+def test_an_openvino_answer_of_the_wrong_shape_is_an_error(monkeypatch):
+    """A runtime that returns no final states (OpenVINO's int8-weight kernels under ONEDNN_MAX_CPU_ISA=AVX2 on an
+    AVX512 CPU) stops with a message naming the file, the shapes and the limit, not with vectors of nothing."""
+    openvino = pytest.importorskip("openvino")
+
+    class Compiled:
+        def output(self, index):
+            return index
+
+        def __call__(self, inputs):
+            return [np.zeros((0, 0, 8), dtype=np.float32)]
+
+    monkeypatch.setattr(openvino, "Core", lambda: type("Core", (), {"compile_model": lambda *a: Compiled()})())
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    run = backends.openvino_runner(Path("model.xml"))
+    ids = np.ones((2, 5), dtype=np.int64)
+    shapes = r"shape \(0, 0, 8\) for input ids of shape \(2, 5\); ONEDNN_MAX_CPU_ISA=AVX2 is set"
+    with pytest.raises(RuntimeError, match=r"model\.xml: OpenVINO returned final states of " + shapes):
+        run(ids, ids)
+
+
 def test_an_int8_file_for_other_instructions_is_not_taken(exported, tmp_path, monkeypatch):
     folder = Path(shutil.copytree(exported, tmp_path / "model"))
     (folder / "onnx/model_quint8_avx2.onnx").rename(folder / "onnx/model_qint8_avx512_vnni.onnx")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -107,6 +108,15 @@ def test_onnx_fp32_and_int8_match_torch(folder):
     assert np.abs(backend_vectors(folder, "onnx-int8") - int8).max() < FP32_TOL
 
 
+ISA_LIMITED = os.environ.get("ONEDNN_MAX_CPU_ISA", "").upper().startswith("AVX2") and "avx512f" in backends.cpu_flags()
+"""An AVX512 CPU made to act as an AVX2-only one (README, "Testing the other CPU class")."""
+
+
+@pytest.mark.skipif(
+    ISA_LIMITED,
+    reason="OpenVINO's int8-weight kernels return an empty array when ONEDNN_MAX_CPU_ISA limits an AVX512 CPU "
+    "(an artefact of the limit: real AVX2-only CPUs run them)",
+)
 def test_openvino_fp32_and_int8_match_torch(folder):
     needs("onnx", "onnxruntime", "openvino", "nncf")
     reference = torch_vectors(folder)

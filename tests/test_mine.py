@@ -328,6 +328,8 @@ def test_mine_with_a_model_equals_embed_then_mine(tmp_path, newstest_lines, toke
     files = ["--src-embeddings", str(tmp_path / "de.npy"), "--tgt-embeddings", str(tmp_path / "en.npy")]
     assert hf_tlaser_main([*common, *files, "--output", str(tmp_path / "two_steps.tsv")]) == 0
     direct = read_tsv(tmp_path / "direct.tsv")
-    assert len(direct) >= 20 and direct == read_tsv(tmp_path / "two_steps.tsv")
+    # the claim is the equality of the two routes; how many of the 30 lines a random model mines at threshold 0
+    # depends on float rounding, which differs between CPU classes (19 on AVX2 only, 20 with AVX512)
+    assert direct and direct == read_tsv(tmp_path / "two_steps.tsv")
     assert {src for _, src, _ in direct} <= set(newstest_lines["de"][:30])
     assert (tmp_path / "direct.png").is_file()

@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from hf_tlaser.errors import UsageError
+from hf_tlaser.hardware import cpu_bf16_native, cpu_capability
 from hf_tlaser.models.common.encode import encode_texts
 from hf_tlaser.models.common.pooling import (
     head_output_dim,
@@ -122,9 +123,20 @@ def this_cpu_target() -> str:
     return target
 
 
+LIMITED_CLASS = "avx2-limited"
+"""``cpu_class`` of an AVX512 CPU whose vector units are limited to AVX2 (README, "Testing the other CPU class")."""
+
+
 def cpu_class() -> str:
-    """This CPU for speed records: its int8 target, ``+bf16`` where it runs bf16 natively (``avx512_vnni+bf16``)."""
-    return (widest_target() or "x86") + ("+bf16" if cpu_flags() & {"avx512_bf16", "amx_bf16"} else "")
+    """This CPU for speed records: its int8 target, ``+bf16`` where it runs bf16 natively (``avx512_vnni+bf16``).
+
+    An AVX512 CPU on which ATen or oneDNN reports less (``ATEN_CPU_CAPABILITY=avx2``, ``ONEDNN_MAX_CPU_ISA=AVX2``) is
+    ``LIMITED_CLASS``: what is measured so stands neither for this CPU nor for a real AVX2-only one (ONNX Runtime
+    ignores the limits and keeps its AVX512 kernels), so ``backend="auto"`` never reads it on either."""
+    target = widest_target()
+    if target in ("avx512", "avx512_vnni") and (cpu_capability() == "AVX2" or not cpu_bf16_native()):
+        return LIMITED_CLASS
+    return (target or "x86") + ("+bf16" if cpu_flags() & {"avx512_bf16", "amx_bf16"} else "")
 
 
 def onnx_int8_file(target: str) -> str:
@@ -269,11 +281,13 @@ def onnx_runner(path: Path, threads: int = 1):
 
 def openvino_runner(path: Path, precision: str = "fp32", threads: int = 1):
     """``(input_ids, attention_mask) -> final states`` of an OpenVINO model on the CPU plugin: ``precision``
-    "fp32" computes in f32; "auto" / "bf16" leave the plugin its default (bf16 where the CPU runs it natively)."""
+    "fp32" computes in f32; "auto" / "bf16" leave the plugin its default (bf16 where the CPU runs it natively), but
+    on a ``LIMITED_CLASS`` CPU: the plugin still sees AVX512-BF16 there and picks bf16 kernels that the oneDNN limit
+    then refuses, so it computes in f32, as its default is on a real AVX2-only CPU."""
     import openvino as ov
 
     config = {"INFERENCE_NUM_THREADS": threads}
-    if precision == "fp32":
+    if precision == "fp32" or cpu_class() == LIMITED_CLASS:
         config["INFERENCE_PRECISION_HINT"] = "f32"
     compiled = ov.Core().compile_model(str(path), "CPU", config)
     output = compiled.output(0)

@@ -115,18 +115,28 @@ def test_embed_runs_a_backend_and_records_it(exported, reference, tmp_path):
         (exported / backends.MEASURED_FILE).unlink()
 
 
+VNNI_AMX = {"avx2", "avx512f", "avx512_vnni", "amx_bf16"}
+
+
 @pytest.mark.parametrize(
-    ("flags", "target", "cpu"),
+    ("flags", "capability", "bf16_native", "target", "cpu"),
     [
-        ({"avx2", "fma"}, "avx2", "avx2"),
-        ({"avx2", "avx512f", "avx512_bf16"}, "avx512", "avx512+bf16"),
-        ({"avx2", "avx512f", "avx512_vnni", "amx_bf16"}, "avx512_vnni", "avx512_vnni+bf16"),
-        ({"sse4_2"}, None, "x86"),
+        ({"avx2", "fma"}, "AVX2", False, "avx2", "avx2"),
+        ({"avx2", "avx512f", "avx512_bf16"}, "AVX512", True, "avx512", "avx512+bf16"),
+        (VNNI_AMX, "AVX512", True, "avx512_vnni", "avx512_vnni+bf16"),
+        ({"sse4_2"}, "DEFAULT", False, None, "x86"),
+        # the same CPU limited to AVX2 (ATEN_CPU_CAPABILITY=avx2, or ONEDNN_MAX_CPU_ISA=AVX2): a class of its own
+        (VNNI_AMX, "AVX2", True, "avx512_vnni", backends.LIMITED_CLASS),
+        (VNNI_AMX, "AVX512", False, "avx512_vnni", backends.LIMITED_CLASS),
     ],
 )
-def test_the_cpu_class_is_the_widest_int8_target_and_native_bf16(monkeypatch, flags, target, cpu):
+def test_the_cpu_class_is_the_widest_int8_target_and_native_bf16(
+    monkeypatch, flags, capability, bf16_native, target, cpu
+):
     monkeypatch.setattr(backends, "is_arm", lambda: False)
     monkeypatch.setattr(backends, "cpu_flags", lambda: flags)
+    monkeypatch.setattr(backends, "cpu_capability", lambda: capability)
+    monkeypatch.setattr(backends, "cpu_bf16_native", lambda: bf16_native)
     assert backends.cpu_class() == cpu
     if target is None:
         with pytest.raises(UsageError, match="this CPU has no AVX2"):
@@ -154,6 +164,30 @@ def test_an_openvino_answer_of_the_wrong_shape_is_an_error(monkeypatch):
     shapes = r"shape \(0, 0, 8\) for input ids of shape \(2, 5\); ONEDNN_MAX_CPU_ISA=AVX2 is set"
     with pytest.raises(RuntimeError, match=r"model\.xml: OpenVINO returned final states of " + shapes):
         run(ids, ids)
+
+
+@pytest.mark.parametrize(
+    ("cpu", "precision", "hint"),
+    [
+        ("avx512_vnni+bf16", "auto", None),  # the plugin's default: bf16 where native
+        ("avx512_vnni+bf16", "fp32", "f32"),
+        (backends.LIMITED_CLASS, "auto", "f32"),  # its bf16 kernels would be refused under the oneDNN limit
+        ("avx2", "auto", None),  # a real AVX2-only CPU: the plugin's default is f32 already
+    ],
+)
+def test_openvino_computes_in_f32_where_asked_or_limited(monkeypatch, cpu, precision, hint):
+    openvino = pytest.importorskip("openvino")
+    configs: list[dict] = []
+
+    class Core:
+        def compile_model(self, path, device, config):
+            configs.append(config)
+            return type("Compiled", (), {"output": lambda self, index: index})()
+
+    monkeypatch.setattr(openvino, "Core", Core)
+    monkeypatch.setattr(backends, "cpu_class", lambda: cpu)
+    backends.openvino_runner(Path("model.xml"), precision, threads=2)
+    assert configs == [{"INFERENCE_NUM_THREADS": 2, **({"INFERENCE_PRECISION_HINT": hint} if hint else {})}]
 
 
 def test_an_int8_file_for_other_instructions_is_not_taken(exported, tmp_path, monkeypatch):

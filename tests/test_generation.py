@@ -140,9 +140,10 @@ def test_beam_search(model):
     assert bool((wide_logp > greedy_logp + 1e-3).any())  # the search found something greedy missed
     two = model.generate(**options, num_return_sequences=2)
     assert two.shape[0] == 2 * BATCH and torch.equal(two[::2, : beam.shape[1]], beam)
-    assert bool(
-        (sequence_logprob(model, vectors, langs, two[::2]) >= sequence_logprob(model, vectors, langs, two[1::2])).all()
-    )
+    # best first: generate ranked them with the cache, the scores here are recomputed without it, so as above they
+    # agree within fp32 rounding (kernels round differently per CPU class), not bit for bit
+    best, runner_up = (sequence_logprob(model, vectors, langs, two[i::2]) for i in (0, 1))
+    assert bool((best >= runner_up - 1e-5).all()), (best, runner_up)
 
 
 def test_sampling(model):

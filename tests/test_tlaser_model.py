@@ -141,7 +141,9 @@ def test_bad_input(tokenizer, tiny_tlaser_kwargs):
     assert truncated.shape == (1, 32)
     empty = model.encoder.encode([""], tokenizer)
     str_tag_eos = model.encoder(torch.tensor([[tokenizer.cls_token_id, tokenizer.eos_token_id]])).pooler_output
-    np.testing.assert_allclose(empty[0], str_tag_eos[0].detach().numpy(), atol=1e-6)
+    # encode's last layer computes position 0 only (pooled_only), this forward every position: other matmul shapes,
+    # so fp32 rounding apart (final-LayerNorm outputs of order 1); the tolerance of the fast-path test above
+    np.testing.assert_allclose(empty[0], str_tag_eos[0].detach().numpy(), atol=1e-5)
 
 
 def test_save_load_round_trip_and_auto_model(tmp_path, tokenizer, tiny_tlaser_kwargs):

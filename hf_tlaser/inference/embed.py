@@ -57,7 +57,7 @@ from hf_tlaser.teachers.loading import (
 )
 from hf_tlaser.version import __version__
 
-from .store import DTYPES, EmbeddingsWriter
+from .store import DTYPES, EmbeddingsWriter, first_non_finite
 
 logger = logging.getLogger(__name__)
 
@@ -353,16 +353,26 @@ def run(args: argparse.Namespace) -> dict | None:
     rank = f" [process {state.process_index}/{state.num_processes}]" if state.num_processes > 1 else ""
     progress = tqdm(total=todo, unit="line", desc=f"embed{rank}", disable=not state.is_local_main_process)
     started = time.perf_counter()
-    for chunk, texts in read_chunks(source, plan):
-        if chunk not in own:
-            continue
-        vectors, truncated = embedder(texts, progress)
-        if args.normalize:
-            vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-        empty = sum(1 for text in texts if not text.strip())
-        offset = plan.bounds(chunk)[0] - plan.start
-        writer.write_chunk(chunk, offset, vectors.astype(args.dtype), truncated=truncated, empty=empty)
-    progress.close()
+    try:  # the bar ends before any error line
+        for chunk, texts in read_chunks(source, plan):
+            if chunk not in own:
+                continue
+            vectors, truncated = embedder(texts, progress)
+            if args.normalize:
+                vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+            empty = sum(1 for text in texts if not text.strip())
+            offset = plan.bounds(chunk)[0] - plan.start
+            stored = vectors.astype(args.dtype)
+            bad = first_non_finite(stored)
+            if bad is not None:  # a broken weight (NaN) or an overflow: never written as if it were a vector
+                raise UsageError(
+                    f"--model {args.model}: the vector of line {plan.bounds(chunk)[0] + bad + 1} of {source} is not "
+                    f"finite (NaN or Inf as {args.dtype}); check the model's weights and --precision; its chunk was "
+                    "not written (--resume continues there)"
+                )
+            writer.write_chunk(chunk, offset, stored, truncated=truncated, empty=empty)
+    finally:
+        progress.close()
     state.wait_for_everyone()
     seconds = time.perf_counter() - started
     if not state.is_main_process:

@@ -106,12 +106,22 @@ def check_folder(folder: Path) -> None:
         )
 
 
-def load_for_export(folder: Path):
-    """The folder's encoder (fp32, eval mode) and tokenizer."""
+def load_for_export(folder: Path, trust_remote_code: bool = False):
+    """The folder's encoder (fp32, eval mode) and tokenizer, built by the installed hf_tlaser and transformers
+    classes; Python files that the folder's ``auto_map`` names run only with ``trust_remote_code`` (as ``embed``
+    and transformers ask). UsageError where the folder needs its own code and that was not allowed."""
     from transformers import AutoModel, AutoTokenizer
 
-    model = AutoModel.from_pretrained(folder, trust_remote_code=True, dtype=torch.float32).eval()
-    tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+    try:
+        model = AutoModel.from_pretrained(folder, trust_remote_code=trust_remote_code, dtype=torch.float32).eval()
+        tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code)
+    except ValueError as error:
+        if trust_remote_code or "trust_remote_code" not in str(error):
+            raise
+        raise UsageError(
+            f"{folder}: loading it would run Python code from the folder ({' '.join(str(error).split())[:160]}); "
+            "read that code, then pass --trust-remote-code to run it"
+        ) from None
     return model, tokenizer
 
 
@@ -264,10 +274,12 @@ def export_model(
     cpu: str | None = None,
     overwrite: bool = False,
     calibration: str | Path | None = None,
+    trust_remote_code: bool = False,
 ) -> list[ExportedFile]:
     """Write ``backend``'s files into the saved model ``folder`` (see the module docstring) and check each against
     the torch model; return what was written. UsageError for an unsupported folder, a missing package, an existing
-    output without ``overwrite``, or static quantisation without a ``calibration`` text file (or for ONNX)."""
+    output without ``overwrite``, static quantisation without a ``calibration`` text file (or for ONNX), or a folder
+    whose ``auto_map`` names code of its own without ``trust_remote_code``."""
     folder = Path(folder)
     if backend not in BACKENDS:
         raise UsageError(f"--backend {backend!r}: choose from {', '.join(BACKENDS)}")
@@ -291,7 +303,7 @@ def export_model(
     require(EXTRAS[backend], backend)
     if backend == "openvino" and quantize:
         require(EXTRAS["openvino-int8"], "openvino")
-    model, tokenizer = load_for_export(folder)
+    model, tokenizer = load_for_export(folder, trust_remote_code)
     mode = pooling_mode(read_model_config(folder))
     if mode not in ("cls", "mean"):
         raise UsageError(f"{folder}: the exporter checks cls or mean pooling only")
@@ -391,6 +403,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="instruction set the ONNX int8 file is for (default: this CPU's)",
     )
     parser.add_argument("--overwrite", action="store_true", help="replace files the export would write")
+    parser.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="run Python files that the folder's auto_map names (default: the installed classes only)",
+    )
     return parser
 
 
@@ -399,7 +416,15 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
 
     def work() -> int:
-        written = export_model(args.folder, args.backend, args.quantize, args.cpu, args.overwrite, args.calibration)
+        written = export_model(
+            args.folder,
+            args.backend,
+            args.quantize,
+            args.cpu,
+            args.overwrite,
+            args.calibration,
+            args.trust_remote_code,
+        )
         summary = {"folder": args.folder}
         for item in written:
             summary[item.path] = f"max_abs_diff {item.max_abs_diff:.2e}, min_cosine {item.min_cosine:.6f}"

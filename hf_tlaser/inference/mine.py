@@ -42,7 +42,7 @@ from hf_tlaser.evaluation.knn import MARGINS, import_faiss, l2_normalize, margin
 from hf_tlaser.evaluation.mining import RETRIEVALS, select_pairs
 from hf_tlaser.hardware import PRECISIONS
 from hf_tlaser.inference import embed
-from hf_tlaser.inference.store import check_compatible, read_embeddings
+from hf_tlaser.inference.store import check_compatible, first_non_finite, read_embeddings
 
 logger = logging.getLogger(__name__)
 
@@ -335,6 +335,12 @@ def load_side(texts_path: Path, embeddings: list[str], side: str) -> tuple[list[
         raise UsageError(
             f"--{side} {texts_path} has {len(texts)} lines but --{side}-embeddings has {len(array)} rows; give the "
             f"embeddings of this file (hf-tlaser embed --input {texts_path})"
+        )
+    bad = first_non_finite(array)
+    if bad is not None:
+        raise UsageError(
+            f"--{side}-embeddings: the vector of line {bad + 1} of {texts_path} is not finite (NaN or Inf); embed "
+            "the file again with a sound model"
         )
     return texts, array, meta
 

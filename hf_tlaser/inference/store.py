@@ -130,6 +130,16 @@ def check_compatible(a_meta: dict, b_meta: dict, what: str) -> None:
         )
 
 
+def first_non_finite(array: np.ndarray, block: int = 65536) -> int | None:
+    """The first row of ``array`` [N, d] holding NaN or Inf, read ``block`` rows at a time (a memory map stays
+    mapped); None when every value is finite."""
+    for start in range(0, len(array), block):
+        bad = ~np.isfinite(np.asarray(array[start : start + block])).all(axis=1)
+        if bad.any():
+            return start + int(np.argmax(bad))
+    return None
+
+
 def read_embeddings(
     paths: str | os.PathLike | Sequence[str | os.PathLike], argument: str | None = None
 ) -> tuple[np.ndarray, dict]:

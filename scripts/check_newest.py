@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import platform
 import re
 import shutil
@@ -153,8 +154,11 @@ def main(argv: list[str] | None = None) -> int:
         junit = venv / "newest-junit.xml"
         tests = args.pytest_args or (FLOOR_TESTS if args.oldest_transformers else ["tests"])
         print(f"[check_newest] set-up {setup_s:.0f} s; running pytest {' '.join(tests)}")
+        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        parallel = ["-n", str(workers)] if workers > 1 else []  # as scripts/test.sh: one worker per CPU
         result = subprocess.run(
-            [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", *tests], cwd=ROOT
+            [str(python), "-m", "pytest", "-q", *parallel, "-p", "no:cacheprovider", f"--junitxml={junit}", *tests],
+            cwd=ROOT,
         )
         failed = failed_tests(junit)
         py_version = run([str(python), "-c", "import platform; print(platform.python_version())"], capture_output=True)

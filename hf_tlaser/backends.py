@@ -25,8 +25,10 @@ files and packages are present, and torch otherwise: a backend whose quality was
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
+import logging
 import os
 import platform
 from collections.abc import Sequence
@@ -47,6 +49,8 @@ from hf_tlaser.models.common.pooling import (
     sentence_head,
 )
 from hf_tlaser.models.registry import FAMILIES
+
+logger = logging.getLogger(__name__)
 
 BACKENDS = ("torch", "onnx", "onnx-int8", "openvino", "openvino-int8", "openvino-int8-static")
 EXPORTED = ("tlaser", "ldt")
@@ -73,6 +77,8 @@ ONNX_CPU_TARGETS = {
 }
 """ONNX int8 target -> (weight type in the file name, /proc/cpuinfo flag the target needs; None: an ARM CPU)."""
 MEASURED_FILE = "backends.json"
+EXPORT_RECORD = "hf_tlaser_export.json"
+"""Beside each backend's files (``onnx/``, ``openvino/``): ``{file: digest of the weights it was exported from}``."""
 MAX_NTREX_LOSS = 0.2
 """Largest rise of the NTREX xsim error (points, 90 directions) at which ``choose_backend`` accepts a backend."""
 MAX_SIB200_LOSS = 1.0
@@ -165,6 +171,66 @@ def check_quantized_file_cpu(path: str | Path, flags: set[str] | None = None) ->
             )
 
 
+def export_command(folder: Path, backend: str) -> str:
+    """The ``hf-tlaser export`` command that writes ``backend``'s file into ``folder``."""
+    kind, _, quantize = backend.partition("-")
+    command = f"hf-tlaser export {folder} --backend {kind}" + (f" --quantize {quantize}" if quantize else "")
+    return command + (" --calibration TEXT_FILE" if quantize == "int8-static" else "")
+
+
+_DIGESTS: dict[tuple[str, int, int], str] = {}
+"""In-process memo of ``weights_digest``'s file hashes, keyed by (path, size, mtime_ns)."""
+
+
+def weights_digest(folder: str | os.PathLike) -> str:
+    """SHA-256 of what an exported graph is computed from: the folder's ``config.json`` and ``*.safetensors`` weights
+    (by name and content; the tokenizer and the pooling's modules are read from the folder when the file runs)."""
+    folder = Path(folder)
+    digest = hashlib.sha256()
+    for path in sorted([folder / "config.json", *folder.glob("*.safetensors")]):
+        if not path.is_file():
+            continue
+        stat = path.stat()
+        key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+        if key not in _DIGESTS:
+            file_hash = hashlib.sha256()
+            with open(path, "rb") as handle:
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    file_hash.update(block)
+            _DIGESTS[key] = file_hash.hexdigest()
+        digest.update(f"{path.name}\0{_DIGESTS[key]}\n".encode())
+    return digest.hexdigest()
+
+
+def record_export(folder: Path, name: str) -> None:
+    """Note in ``EXPORT_RECORD`` beside ``folder / name`` the weights it was exported from (``weights_digest``)."""
+    path = (folder / name).parent / EXPORT_RECORD
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        record = {}
+    record = record if isinstance(record, dict) else {}
+    record[Path(name).name] = weights_digest(folder)
+    path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def check_export_current(folder: Path, path: Path, backend: str) -> None:
+    """UsageError, naming the export command, unless ``EXPORT_RECORD`` says ``path`` was exported from the weights
+    the folder holds now: stale files would give another model's vectors under this folder's name."""
+    try:
+        recorded = json.loads((path.parent / EXPORT_RECORD).read_text(encoding="utf-8")).get(path.name)
+    except (OSError, ValueError, AttributeError):
+        recorded = None
+    if recorded == weights_digest(folder):
+        return
+    problem = (
+        "has no record of the weights it was exported from (written before hf_tlaser kept one, or copied in)"
+        if recorded is None
+        else f"was exported from other weights than {folder} holds now"
+    )
+    raise UsageError(f"{path} {problem}; re-export it: {export_command(folder, backend)} --overwrite")
+
+
 def backend_file(folder: Path, backend: str) -> Path:
     """The file ``backend`` runs in ``folder``; UsageError naming the export command where it is missing. For
     ``onnx-int8``: this CPU's target file, else another int8 file this CPU runs."""
@@ -183,10 +249,7 @@ def backend_file(folder: Path, backend: str) -> Path:
         }[backend]
         if (folder / name).is_file():
             return folder / name
-    kind, _, quantize = backend.partition("-")
-    command = f"hf-tlaser export {folder} --backend {kind}" + (f" --quantize {quantize}" if quantize else "")
-    if quantize == "int8-static":
-        command += " --calibration TEXT_FILE"
+    command = export_command(folder, backend)
     raise UsageError(f"backend {backend!r}: {folder / name} does not exist; write it with: {command}")
 
 
@@ -225,6 +288,7 @@ class ExportedEncoder(torch.nn.Module):
         require((RUNTIMES[kind],), kind)
         self.path = folder / file_name if file_name else backend_file(folder, backend)
         check_quantized_file_cpu(self.path)
+        check_export_current(folder, self.path, backend)
         self.backend, self.precision = backend, precision
         self.mode = pooling_mode(self.config.to_dict())
         self.head = sentence_head(self.config)
@@ -326,13 +390,15 @@ def accepted(record: dict) -> bool:
 
 
 def available(folder: Path, backend: str) -> bool:
-    """Whether ``backend`` can run here: torch always; else its file is in the folder and its package imports."""
+    """Whether ``backend`` can run here: torch always; else its file is in the folder, exported from the weights the
+    folder holds now (``check_export_current``; a warning says why not), and its package imports."""
     if backend == "torch":
         return True
     try:
-        backend_file(folder, backend)
+        check_export_current(folder, backend_file(folder, backend), backend)
         require((RUNTIMES[backend.partition("-")[0]],), backend)
-    except UsageError:
+    except UsageError as error:
+        logger.warning("backend %s is not taken: %s", backend, error)
         return False
     return True
 

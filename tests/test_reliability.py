@@ -135,3 +135,48 @@ def test_mine_refuses_embeddings_with_a_non_finite_row(tmp_path, capsys):
     code = hf_tlaser_main(["mine", *mine_args(tmp_path)])
     one_line(capsys, code, "--src-embeddings", f"line 4 of {tmp_path / 'src.txt'}", "not finite")
     assert not (tmp_path / "mined.tsv").exists()
+
+
+def test_an_export_of_other_weights_is_refused_and_never_chosen(warm_dir, tmp_path, capsys):
+    """Weights changed after an export: loading the old file, choosing it, embedding with it and quantising it are
+    refused (one line naming the re-export), ``auto`` falls back to torch; re-exported, it runs again, and its
+    embeddings' fingerprint differs from torch's (another file computes them)."""
+    pytest.importorskip("onnxruntime")
+    import hf_tlaser
+    from hf_tlaser import backends
+    from hf_tlaser.errors import UsageError
+    from hf_tlaser.inference.export import export_model
+
+    folder = Path(shutil.copytree(warm_dir, tmp_path / "model"))
+    export_model(folder, "onnx")
+    record = json.loads((folder / "onnx" / backends.EXPORT_RECORD).read_text())
+    assert record == {"model.onnx": backends.weights_digest(folder)}
+    hf_tlaser.load_model(folder, backend="onnx")  # current: loads
+    weights = load_file(folder / "model.safetensors")
+    name = next(key for key in weights if key.endswith("attention.self.query.weight"))
+    weights[name] = weights[name] * 2
+    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(UsageError, match="exported from other weights than .*--backend onnx --overwrite"):
+        hf_tlaser.load_model(folder, backend="onnx")
+    (folder / backends.MEASURED_FILE).write_text(
+        json.dumps({backends.cpu_class(): {"onnx": {"speedup": 3.0, "ntrex_delta": 0.0, "sib200_delta": 0.0}}})
+    )
+    assert backends.choose_backend(folder) == "torch"
+    source = tmp_path / "in.txt"
+    source.write_text("Stocks fall.\nDie Börse fällt.\n", encoding="utf-8")
+    embed = ["embed", "--model", str(folder), "--input", str(source), "--precision", "auto"]
+    one_line(capsys, hf_tlaser_main([*embed, "--backend", "onnx", "--output", str(tmp_path / "a.npy")]), "re-export")
+    code = hf_tlaser_main(["export", str(folder), "--backend", "onnx", "--quantize", "int8", "--cpu", "avx2"])
+    one_line(capsys, code, "model.onnx was exported from other weights", "--overwrite")
+    assert not (folder / "onnx" / "model_quint8_avx2.onnx").exists()
+    (folder / "onnx" / backends.EXPORT_RECORD).unlink()  # a file copied in without its record
+    with pytest.raises(UsageError, match="has no record of the weights it was exported from"):
+        hf_tlaser.load_model(folder, backend="onnx")
+    assert hf_tlaser_main(["export", str(folder), "--backend", "onnx", "--overwrite"]) == 0
+    assert hf_tlaser_main([*embed, "--backend", "onnx", "--output", str(tmp_path / "onnx.npy")]) == 0
+    assert hf_tlaser_main([*embed, "--backend", "torch", "--output", str(tmp_path / "torch.npy")]) == 0
+    fingerprints = {
+        json.loads(Path(f"{tmp_path / name}.npy.json").read_text())["fingerprint"] for name in ("onnx", "torch")
+    }
+    assert len(fingerprints) == 2
+    capsys.readouterr()

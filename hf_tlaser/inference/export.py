@@ -48,10 +48,12 @@ from hf_tlaser.backends import (
     OPENVINO_FILE,
     OPENVINO_INT8_FILE,
     OPENVINO_STATIC_FILE,
+    check_export_current,
     exported_type,
     onnx_int8_file,
     onnx_runner,
     openvino_runner,
+    record_export,
     require,
     this_cpu_target,
 )
@@ -300,6 +302,9 @@ def export_model(
     existing = [name for name in outputs if (folder / name).exists()]
     if existing and not overwrite:
         raise UsageError(f"{folder / existing[0]} exists; pass --overwrite to replace it")
+    fp32_file = folder / (ONNX_FILE if backend == "onnx" else OPENVINO_FILE)
+    if quantize and not overwrite and fp32_file.is_file():
+        check_export_current(folder, fp32_file, backend)  # the int8 file is made from it: never from stale weights
     require(EXTRAS[backend], backend)
     if backend == "openvino" and quantize:
         require(EXTRAS["openvino-int8"], "openvino")
@@ -330,6 +335,7 @@ def export_model(
             shutil.copyfile(source, destination)
             if source.suffix == ".xml":
                 shutil.copyfile(source.with_suffix(".bin"), destination.with_suffix(".bin"))
+            record_export(folder, name)  # the weights it came from: a later change of them makes it stale
     return written
 
 

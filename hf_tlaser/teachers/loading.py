@@ -402,12 +402,17 @@ def _load_hf_tlaser(
         raise UsageError(f"{where}: cannot load the model ({first_line(err)})") from None
     autocast = None if exported is not None else resolve_precision(precision, device).autocast_dtype
     embed = EncoderEmbed(model, tokenizer, torch.device("cpu") if exported is not None else device, autocast)
+    fingerprint = folder_fingerprint(folder)
+    if exported is not None:  # another file computes the vectors (int8 ones differ): it is part of what they are
+        files = [exported.path, *[p for p in [exported.path.with_suffix(".bin")] if p.is_file()]]
+        parts = "\0".join([fingerprint, exported.backend, *(file_digest(path) for path in files)])
+        fingerprint = hashlib.sha256(parts.encode()).hexdigest()
     return HfTlaserTeacher(
         embed,
         spec=spec,
         name=f"{model_name(config)} {_display_name(spec, folder)}",
         identity=identity,
-        fingerprint=folder_fingerprint(folder),
+        fingerprint=fingerprint,
         dim=sentence_vector_size(config),
         languages=trained_languages(config) or None,
         batch_size=batch_size,

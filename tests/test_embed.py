@@ -219,7 +219,7 @@ def test_plan_cuts_shards_at_chunk_boundaries():
         ("output_exists", "--output .*exists.npy: exists"),
         ("partial_exists", "an interrupted run left exists.npy.partial; give --resume"),
         ("shard_range", "--shard 3/3: I must be 0 to 2"),
-        ("shard_zero", "--shard 0/0: I must be at least 1 for N"),
+        ("shard_zero", r"--shard 0/0: N must be at least 1 \(I/N: shard I of N, e.g. 0/8\)$"),
         ("shard_malformed", "--shard 1of3: expected I/N"),
         ("output_suffix", "--output .*out.txt: give a path ending in .npy"),
         ("vectors_model", "a vectors: file is not a model"),

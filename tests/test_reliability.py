@@ -180,3 +180,16 @@ def test_an_export_of_other_weights_is_refused_and_never_chosen(warm_dir, tmp_pa
     }
     assert len(fingerprints) == 2
     capsys.readouterr()
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_mine_refuses_a_threshold_that_is_no_number(tmp_path, capsys, value):
+    """``--threshold nan`` kept no pair (every comparison with NaN is false) and wrote an empty TSV, exit 0."""
+    rng = np.random.default_rng(0)
+    (tmp_path / "src.txt").write_text("".join(f"source {i}\n" for i in range(8)), encoding="utf-8")
+    (tmp_path / "tgt.txt").write_text("".join(f"target {i}\n" for i in range(6)), encoding="utf-8")
+    write_embeddings(tmp_path / "src.npy", rng.normal(size=(8, 16)))
+    write_embeddings(tmp_path / "tgt.npy", rng.normal(size=(6, 16)))
+    code = hf_tlaser_main(["mine", *mine_args(tmp_path, f"--threshold={value}")])
+    one_line(capsys, code, f"--threshold {float(value)}: give a finite score")
+    assert not (tmp_path / "mined.tsv").exists()

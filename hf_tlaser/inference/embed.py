@@ -75,9 +75,12 @@ def parse_shard(text: str | None) -> tuple[int, int] | None:
     if not match:
         raise UsageError(f"--shard {text}: expected I/N, e.g. 0/8 (0-based I, as SLURM_ARRAY_TASK_ID of --array=0-7)")
     index, count = int(match[1]), int(match[2])
-    if count < 1 or index >= count:
-        last = f"0 to {count - 1}" if count else "at least 1 for N"
-        raise UsageError(f"--shard {text}: I must be {last} (0-based, as SLURM_ARRAY_TASK_ID of --array=0-{count - 1})")
+    if count < 1:
+        raise UsageError(f"--shard {text}: N must be at least 1 (I/N: shard I of N, e.g. 0/8)")
+    if index >= count:
+        raise UsageError(
+            f"--shard {text}: I must be 0 to {count - 1} (0-based, as SLURM_ARRAY_TASK_ID of --array=0-{count - 1})"
+        )
     return index, count
 
 

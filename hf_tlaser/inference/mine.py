@@ -414,6 +414,8 @@ def check_args(args: argparse.Namespace) -> None:
     for flag, value in (("--neighbours", args.neighbours), ("--nprobe", args.nprobe), ("--refine", args.refine)):
         if value < 1:
             raise UsageError(f"{flag} {value}: must be at least 1")
+    if args.threshold is not None and not math.isfinite(args.threshold):
+        raise UsageError(f"--threshold {args.threshold}: give a finite score (e.g. 1.04 for the ratio margin)")
     if args.batch_size < 1 or args.index_memory <= 0 or args.train_size < 0:
         raise UsageError("--batch-size and --index-memory must be positive, --train-size at least 0")
 

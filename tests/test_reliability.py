@@ -193,3 +193,14 @@ def test_mine_refuses_a_threshold_that_is_no_number(tmp_path, capsys, value):
     code = hf_tlaser_main(["mine", *mine_args(tmp_path, f"--threshold={value}")])
     one_line(capsys, code, f"--threshold {float(value)}: give a finite score")
     assert not (tmp_path / "mined.tsv").exists()
+
+
+def test_saved_weights_are_as_readable_as_the_folders_other_files(tmp_path, tiny_tlaser_kwargs):
+    """transformers writes the weights through a private temporary file: model.safetensors had mode 600 beside
+    644 files, unreadable in a shared folder to the users who could read the rest."""
+    from hf_tlaser import TLaserConfig, TLaserForTranslation
+
+    model = TLaserForTranslation(TLaserConfig(**tiny_tlaser_kwargs, training_languages=["de", "en"]))
+    model.save_pretrained(tmp_path / "model")
+    modes = {path.name: path.stat().st_mode & 0o777 for path in (tmp_path / "model").iterdir() if path.is_file()}
+    assert modes["model.safetensors"] == modes["config.json"], modes

@@ -71,6 +71,16 @@ def transformers_code_copy_off(model_class: type) -> Iterator[str | None]:
             del model_class._auto_class
 
 
+def share_weights(folder: str | os.PathLike) -> None:
+    """Give the folder's ``*.safetensors`` the mode a new file gets here (0o666 less the umask), as its other files
+    have: transformers writes them through a private temporary file (mode 600), so a shared folder's weights were
+    unreadable to the users who could read the rest."""
+    mask = os.umask(0)
+    os.umask(mask)
+    for path in Path(folder).glob("*.safetensors"):
+        path.chmod(0o666 & ~mask)
+
+
 class ModelFolderMixin:
     """First base of every family's ``PreTrainedModel``: the one ``save_pretrained`` (see ``save_pretrained``)."""
 
@@ -106,6 +116,7 @@ class ModelFolderMixin:
             super().save_pretrained(save_directory, *args, **kwargs)
         if not kwargs.get("is_main_process", True):
             return
+        share_weights(save_directory)
         if auto_class is not None:
             write_model_code(cls, save_directory)
         if encoder is not None:

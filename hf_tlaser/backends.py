@@ -178,6 +178,17 @@ def export_command(folder: Path, backend: str) -> str:
     return command + (" --calibration TEXT_FILE" if quantize == "int8-static" else "")
 
 
+def hash_file(path: Path) -> str:
+    """Hex SHA-256 of every byte of a file, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    block = bytearray(1 << 20)
+    view = memoryview(block)
+    with path.open("rb", buffering=0) as handle:
+        while read := handle.readinto(block):
+            digest.update(view[:read])
+    return digest.hexdigest()
+
+
 _DIGESTS: dict[tuple[str, int, int], str] = {}
 """In-process memo of ``weights_digest``'s file hashes, keyed by (path, size, mtime_ns)."""
 
@@ -193,11 +204,7 @@ def weights_digest(folder: str | os.PathLike) -> str:
         stat = path.stat()
         key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
         if key not in _DIGESTS:
-            file_hash = hashlib.sha256()
-            with open(path, "rb") as handle:
-                for block in iter(lambda: handle.read(1 << 20), b""):
-                    file_hash.update(block)
-            _DIGESTS[key] = file_hash.hexdigest()
+            _DIGESTS[key] = hash_file(path)
         digest.update(f"{path.name}\0{_DIGESTS[key]}\n".encode())
     return digest.hexdigest()
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import platform
 import re
 import shutil
@@ -154,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
         junit = venv / "newest-junit.xml"
         tests = args.pytest_args or (FLOOR_TESTS if args.oldest_transformers else ["tests"])
         print(f"[check_newest] set-up {setup_s:.0f} s; running pytest {' '.join(tests)}")
-        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        cpus = [str(python), "-c", "from hf_tlaser.hardware import available_cpus; print(available_cpus())"]
+        workers = int(run(cpus, capture_output=True).stdout)
         parallel = ["-n", str(workers)] if workers > 1 else []  # as scripts/test.sh: one worker per CPU
         result = subprocess.run(
             [str(python), "-m", "pytest", "-q", *parallel, "-p", "no:cacheprovider", f"--junitxml={junit}", *tests],

@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 PY=${PYTHON:-python}
-WORKERS=${HF_TLASER_TEST_WORKERS:-$("$PY" -c 'import os; print(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)')}
+WORKERS=${HF_TLASER_TEST_WORKERS:-$("$PY" -c 'from hf_tlaser.hardware import available_cpus; print(available_cpus())')}
 if [ "$WORKERS" -le 1 ]; then
     WORKERS=0
 fi

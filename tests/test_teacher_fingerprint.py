@@ -142,8 +142,8 @@ def test_memo_is_used_only_while_size_times_and_inode_are_unchanged(big_teacher,
     assert str((copy / "model.safetensors").resolve()) in entries
 
     hashed = []
-    full_hash = loading_module._hash_file
-    monkeypatch.setattr(loading_module, "_hash_file", lambda path: hashed.append(path.name) or full_hash(path))
+    full_hash = loading_module.hash_file
+    monkeypatch.setattr(loading_module, "hash_file", lambda path: hashed.append(path.name) or full_hash(path))
     assert folder_fingerprint(copy, memo=memo) == fingerprint and hashed == []  # every digest from the memo
 
     weights = copy / "model.safetensors"

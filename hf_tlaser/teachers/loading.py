@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from transformers import AutoTokenizer
 
-from hf_tlaser.backends import ExportedEncoder, load_backend
+from hf_tlaser.backends import ExportedEncoder, hash_file, load_backend
 from hf_tlaser.errors import UsageError
 from hf_tlaser.hardware import default_device, resolve_precision
 from hf_tlaser.model_folders import (
@@ -75,8 +75,6 @@ _SKIP_FILES = {
     "rng_state.pth",
 }
 _SKIP_SUFFIXES = {".md", ".png", ".log", ".lock", ".tmp"}
-HASH_BLOCK = 1 << 20
-"""Bytes read at a time when hashing a file."""
 MEMO_NAME = "file-digests.json"
 """File of the file-digest memo under the teacher cache root."""
 RACY_SECONDS = 2
@@ -246,17 +244,6 @@ class VectorsTeacher(Teacher):
 # ---------------------------------------------------------------------------------------------------- identity
 
 
-def _hash_file(path: Path) -> str:
-    """Hex SHA-256 of every byte of a file, read in ``HASH_BLOCK`` blocks."""
-    digest = hashlib.sha256()
-    block = bytearray(HASH_BLOCK)
-    view = memoryview(block)
-    with path.open("rb", buffering=0) as handle:
-        while read := handle.readinto(block):
-            digest.update(view[:read])
-    return digest.hexdigest()
-
-
 def _stat_key(stat: os.stat_result) -> list[int]:
     return [stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino, stat.st_dev]
 
@@ -292,7 +279,7 @@ def file_digest(path: Path, memo: dict | None = None) -> str:
     entry = (memo or {}).get(name)
     if isinstance(entry, list) and entry[:-1] == _stat_key(before):
         return entry[-1]
-    digest = _hash_file(path)
+    digest = hash_file(path)
     after = path.stat()
     recent = time.time_ns() - max(after.st_mtime_ns, after.st_ctime_ns) < RACY_SECONDS * 1e9
     if memo is not None and _stat_key(after) == _stat_key(before) and not recent:
@@ -404,8 +391,8 @@ def _load_hf_tlaser(
     embed = EncoderEmbed(model, tokenizer, torch.device("cpu") if exported is not None else device, autocast)
     fingerprint = folder_fingerprint(folder)
     if exported is not None:  # another file computes the vectors (int8 ones differ): it is part of what they are
-        files = [exported.path, *[p for p in [exported.path.with_suffix(".bin")] if p.is_file()]]
-        parts = "\0".join([fingerprint, exported.backend, *(file_digest(path) for path in files)])
+        files = [exported.path, exported.path.with_suffix(".bin")]  # an OpenVINO graph keeps its weights in .bin
+        parts = "\0".join([fingerprint, exported.backend, *(file_digest(path) for path in files if path.is_file())])
         fingerprint = hashlib.sha256(parts.encode()).hexdigest()
     return HfTlaserTeacher(
         embed,

@@ -29,6 +29,10 @@ COMMANDS = {
         "hf_tlaser.inference.export:main",
         "write ONNX / OpenVINO (optionally int8) files into a model folder for sentence-transformers' backend=",
     ),
+    "merge": (
+        "hf_tlaser.training.merge:main",
+        "WiSE-FT: interpolate a warm-started model's encoder between its start and its tuned weights",
+    ),
     "env": ("hf_tlaser.cli:env_main", "print versions, device, CPU, bf16 support and threads (for bug reports)"),
 }
 

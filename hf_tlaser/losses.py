@@ -7,6 +7,7 @@ its public home.
 
 from hf_tlaser.models.common.losses import (
     DistanceLossOutput,
+    NegativeMemory,
     align_loss,
     centered_pair_cosine,
     distance_constraint_loss,
@@ -17,6 +18,7 @@ from hf_tlaser.models.common.losses import (
 
 __all__ = [
     "DistanceLossOutput",
+    "NegativeMemory",
     "distance_constraint_loss",
     "sample_negatives",
     "unique_pairs",

@@ -16,7 +16,7 @@ from hf_tlaser import cli
 def test_help_lists_every_command(capsys):
     assert cli.main(["--help"]) == 0
     out = capsys.readouterr().out
-    for name in ("train-tokenizer", "train", "evaluate", "push", "env"):
+    for name in ("train-tokenizer", "train", "evaluate", "push", "merge", "env"):
         assert any(line.split()[:1] == [name] and len(line.split()) > 1 for line in out.splitlines()), name
     assert cli.main([]) == 2
     assert "train-tokenizer" in capsys.readouterr().err
@@ -28,7 +28,7 @@ def test_unknown_command(capsys):
     assert captured.out == ""
     assert captured.err.strip().splitlines() == [
         "hf-tlaser: unknown command 'trian'; choose from train-tokenizer, train, evaluate, teacher-vectors, push, "
-        "embed, mine, export, env"
+        "embed, mine, export, merge, env"
     ]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 
 import torch
@@ -15,6 +16,16 @@ IGNORE_INDEX = -100
 def count_target_tokens(batch: dict[str, torch.Tensor]) -> int:
     """Number of target tokens (``labels != -100``) of a collated batch."""
     return int((batch["labels"] != IGNORE_INDEX).sum())
+
+
+def text_key(text: str) -> int:
+    """A stable 63-bit key of a sentence's text (the same in every process and run, unlike ``hash``), never 0."""
+    return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "big") >> 1 or 1
+
+
+def text_keys(texts: Sequence[str]) -> torch.LongTensor:
+    """The ``text_key`` of each text, LongTensor[N]."""
+    return torch.tensor([text_key(text) for text in texts], dtype=torch.long)
 
 
 def pad_labels(sequences: Sequence[Sequence[int]]) -> torch.Tensor:
@@ -40,6 +51,9 @@ class TranslationCollator:
     ``tgt_lang`` [T], ``src_index`` [T] (row of the source in input_ids); ``pair_index`` [T, 2] (source row,
     target row) for the distance loss; ``group_index`` [T] (the micro-batch item each direction comes from: the
     model never takes a translation of the same group as a negative).
+
+    With ``with_text_keys`` both modes also carry ``text_keys`` [R]: the ``text_key`` of each encoded row (pair mode:
+    the sources, then the targets), by which a cross-batch memory of negatives leaves out the same sentences.
     """
 
     def __init__(
@@ -50,6 +64,7 @@ class TranslationCollator:
         pairs: Sequence[Pair] = DEFAULT_PAIRS,
         max_length: int | None = None,
         with_source_language: bool = False,
+        with_text_keys: bool = False,
     ) -> None:
         """``languages``: the model's language table (``tgt_lang``/``src_lang`` index it; it must hold the targets of
         ``pairs``, and their sources with ``with_source_language``); ``pairs``: curriculum directions (multi-way
@@ -64,6 +79,7 @@ class TranslationCollator:
         self.sentence_languages = sorted({lang for pair in self.pairs for lang in pair})
         self.with_target_encoding, self.max_length = with_target_encoding, max_length
         self.with_source_language = with_source_language
+        self.with_text_keys = with_text_keys
 
     def _encode(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         enc = self.tokenizer(
@@ -111,6 +127,8 @@ class TranslationCollator:
         if self.with_source_language:
             check_languages([src_lang], self.languages, what="source language")
             batch["src_lang"] = torch.full((len(examples),), self.languages.index(src_lang), dtype=torch.long)
+        if self.with_text_keys:
+            batch["text_keys"] = text_keys(sources + targets if self.with_target_encoding else sources)
         return batch
 
     def _multiway_batch(self, examples: list[dict[str, str | None]]) -> dict[str, torch.Tensor]:
@@ -135,7 +153,9 @@ class TranslationCollator:
             raise ValueError(f"no curriculum pair {self.pairs} present in this micro-batch")
         input_ids, attention_mask = self._encode(sentences)
         pairs = torch.tensor(pair_index, dtype=torch.long)
+        keys = {"text_keys": text_keys(sentences)} if self.with_text_keys else {}
         return {
+            **keys,
             "input_ids": input_ids,
             "attention_mask": attention_mask,
             "labels": self._labels(targets),

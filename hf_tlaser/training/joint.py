@@ -107,6 +107,7 @@ def collator_for(model, tokenizer: PreTrainedTokenizerBase, pairs: list[Pair]) -
         pairs=pairs,
         max_length=None,
         with_source_language=getattr(model, "needs_source_language", False),
+        with_text_keys=getattr(model.config, "negative_memory_size", 0) > 0,
     )
 
 

@@ -27,7 +27,12 @@ from hf_tlaser.tokenization import save_tokenizer
 from hf_tlaser.training.presets import Preset, Recipe
 from hf_tlaser.training.run_dir import recorded_outputs, remove_previous_run, write_record
 from hf_tlaser.training.spec import RunSpec
-from hf_tlaser.training.trainer import FreezeEncoderCallback, LaserTrainer, TimeBudgetCallback
+from hf_tlaser.training.trainer import (
+    FreezeEncoderCallback,
+    LaserTrainer,
+    NegativeMemoryCallback,
+    TimeBudgetCallback,
+)
 
 logger = logging.getLogger("hf_tlaser.train")
 
@@ -210,6 +215,8 @@ class Run:
         nothing of ``model.encoder`` changes; ``encoder_lr``: its peak learning rate (None: the recipe's);
         ``save_dtype``: of the saved model's weights (``save_published``; None: as trained). Returns the trainer."""
         callbacks = ([TimeBudgetCallback(self.spec.max_minutes)] if self.spec.max_minutes else []) + (callbacks or [])
+        if getattr(model.config, "negative_memory_size", 0):
+            callbacks.append(NegativeMemoryCallback(self.checkpoint))
         if freeze_encoder_steps:
             callbacks.append(FreezeEncoderCallback(freeze_encoder_steps))
             self.training_args.ddp_find_unused_parameters = True  # the frozen updates leave the encoder without grads

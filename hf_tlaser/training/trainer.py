@@ -11,10 +11,13 @@ from pathlib import Path
 
 import torch
 from accelerate.data_loader import prepare_data_loader
+from safetensors.torch import load_file, save_file
 from torch.optim.lr_scheduler import LambdaLR
 from torch.utils.data import DataLoader, Sampler
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+from hf_tlaser.losses import NegativeMemory
 
 logger = logging.getLogger(__name__)
 
@@ -171,6 +174,43 @@ class StreamStateCallback(TrainerCallback):
         consumed = state.global_step * args.gradient_accumulation_steps
         path = folder / STREAM_STATE.format(rank=args.process_index)
         path.write_text(json.dumps(self.stream.state(consumed)), encoding="utf-8")
+        return control
+
+
+MEMORY_STATE = "negative_memory_rank{rank}.safetensors"
+"""``negative_memory_size`` > 0: each rank's cross-batch memory in a checkpoint folder (``NegativeMemory.state``)."""
+
+
+class NegativeMemoryCallback(TrainerCallback):
+    """A model with a cross-batch memory (``config.negative_memory_size``): write each rank's memory next to the
+    checkpoint the Trainer just saved, and put it back into the model when the run resumes from ``checkpoint``, so
+    that the resumed run's negatives are the uninterrupted run's (a checkpoint without the file: a warning, and the
+    memory fills again)."""
+
+    def __init__(self, checkpoint: Path | None) -> None:
+        self.checkpoint = checkpoint
+
+    def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs):
+        if self.checkpoint is None:
+            return control
+        path = self.checkpoint / MEMORY_STATE.format(rank=args.process_index)
+        if not path.is_file():
+            logger.warning("--resume %s: no %s; the negative memory fills again from empty", self.checkpoint, path.name)
+            return control
+        model = kwargs["model"]
+        model.negative_memory = NegativeMemory(model.config.negative_memory_size).to(model.device)
+        model.negative_memory.load_state(load_file(path))
+        logger.info("--resume: %d entries of the negative memory restored", len(model.negative_memory))
+        return control
+
+    def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs):
+        memory = getattr(kwargs["model"], "negative_memory", None)
+        if memory is not None:
+            folder = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
+            folder.mkdir(parents=True, exist_ok=True)
+            save_file(
+                {k: v.cpu() for k, v in memory.state().items()}, folder / MEMORY_STATE.format(rank=args.process_index)
+            )
         return control
 
 

@@ -135,9 +135,9 @@ class Backbone:
             f"{len(self.tokenizer)} pieces, {pooling}, {prompt})"
         )
 
-    def load_into(self, encoder: torch.nn.Module) -> None:
-        """Copy the pretrained weights into ``encoder.backbone`` (and the carried modules' into
-        ``encoder.sentence_head``); RuntimeError if a weight of it is missing."""
+    def weights(self) -> dict[str, torch.Tensor]:
+        """The pretrained encoder's weights as the member's ``encoder.backbone`` names them (its kept layers only,
+        renumbered, for ``--init-layers``)."""
         if self.member:
             state = member_backbone_weights(self.folder)
         else:
@@ -147,9 +147,12 @@ class Backbone:
             except TypeError:  # an encoder class without a pooler option
                 pretrained = AutoModel.from_pretrained(self.folder, config=config)
             state = pretrained.state_dict()
-        if self.layers is not None:
-            state = keep_layers(state, self.layers)
-        missing, _ = encoder.backbone.load_state_dict(state, strict=False)
+        return state if self.layers is None else keep_layers(state, self.layers)
+
+    def load_into(self, encoder: torch.nn.Module) -> None:
+        """Copy the pretrained weights into ``encoder.backbone`` (and the carried modules' into
+        ``encoder.sentence_head``); RuntimeError if a weight of it is missing."""
+        missing, _ = encoder.backbone.load_state_dict(self.weights(), strict=False)
         if missing:
             raise RuntimeError(f"--init-from {self.spec}: no pretrained weights for {missing[:5]}")
         if self.carried.entries:

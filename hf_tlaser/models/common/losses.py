@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 from transformers.utils import ModelOutput
 
 
@@ -128,7 +129,13 @@ def distance_constraint_loss(
 
 
 def align_loss(
-    p_a: torch.Tensor, p_b: torch.Tensor, scale: float = 20.0, groups: torch.Tensor | None = None
+    p_a: torch.Tensor,
+    p_b: torch.Tensor,
+    scale: float = 20.0,
+    groups: torch.Tensor | None = None,
+    margin: float = 0.0,
+    memory: torch.Tensor | None = None,
+    memory_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """In-batch alignment loss (Lightweight Dual Transformer, eq. 5), summed over the batch.
 
@@ -136,13 +143,93 @@ def align_loss(
     times ``scale`` (the paper uses raw inner products; cosine keeps the scale of the vectors free). ``groups``
     (LongTensor[B]): other pairs of the same group (multi-way translations of one another) are masked out, neither
     positives nor negatives.
+
+    ``margin``: LaBSE's additive margin softmax (Yang et al. 2019, Feng et al. 2022): the positive's cosine minus
+    ``margin`` before scaling, in both directions. ``memory`` [N, d]: unit vectors of earlier batches (a cross-batch
+    memory, Wang et al. 2020) as extra negatives of every row, in both directions, without gradient;
+    ``memory_mask`` [B, N] (True: not a negative of pair i, e.g. the same text or a translation of it).
     """
-    logits = scale * F.normalize(p_a.float(), dim=-1) @ F.normalize(p_b.float(), dim=-1).T
-    target = torch.arange(logits.shape[0], device=logits.device)
+    a, b = F.normalize(p_a.float(), dim=-1), F.normalize(p_b.float(), dim=-1)
+    cosine = a @ b.T
+    target = torch.arange(cosine.shape[0], device=cosine.device)
+    logits = scale * (cosine - margin * torch.eye(len(target), device=cosine.device))  # s * (cos - m) on the positive
     if groups is not None:
         same_group = (groups[:, None] == groups[None, :]) & (target[:, None] != target[None, :])
         logits = logits.masked_fill(same_group, float("-inf"))
-    return F.cross_entropy(logits, target, reduction="sum") + F.cross_entropy(logits.T, target, reduction="sum")
+    logits_ba = logits.T
+    if memory is not None and len(memory):
+        memory = memory.to(a.device, a.dtype)
+        extra_ab, extra_ba = scale * (a @ memory.T), scale * (b @ memory.T)  # [B, N] each
+        if memory_mask is not None:
+            extra_ab = extra_ab.masked_fill(memory_mask, float("-inf"))
+            extra_ba = extra_ba.masked_fill(memory_mask, float("-inf"))
+        logits, logits_ba = torch.cat([logits, extra_ab], dim=1), torch.cat([logits_ba, extra_ba], dim=1)
+    return F.cross_entropy(logits, target, reduction="sum") + F.cross_entropy(logits_ba, target, reduction="sum")
+
+
+class NegativeMemory(nn.Module):
+    """A cross-batch memory (XBM, Wang et al. 2020; MoCo's queue): the unit sentence vectors of the last ``size``
+    encoded rows of earlier micro-batches, with the keys of their text and of their pair's target text, used as
+    extra negatives of the alignment loss. Entries get no gradient; the oldest are overwritten first.
+
+    Buffers are not saved with the model (``persistent=False``); a training checkpoint carries them in its own file
+    (``state`` / ``load_state``), so a resumed run sees the negatives of the uninterrupted one."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        if size < 1:
+            raise ValueError(f"negative_memory_size={size}; expected at least 1 (0 means no memory)")
+        self.size = size
+        self.register_buffer("vectors", torch.zeros(0, 0), persistent=False)  # [filled, d], allocated at first use
+        self.register_buffer("keys", torch.zeros(0, 2, dtype=torch.long), persistent=False)  # [filled, (own, anchor)]
+        self.register_buffer("position", torch.zeros((), dtype=torch.long), persistent=False)  # next slot to write
+
+    def __len__(self) -> int:
+        return len(self.vectors)
+
+    @torch.no_grad()
+    def add(self, vectors: torch.Tensor, own: torch.LongTensor, anchor: torch.LongTensor) -> None:
+        """Write ``vectors`` [M, d] (normalised, detached, fp32) with their text keys ``own`` [M] and their pair's
+        target keys ``anchor`` [M], over the oldest entries once the memory is full."""
+        vectors = F.normalize(vectors.detach().float(), dim=-1)[-self.size :]
+        keys = torch.stack([own, anchor], dim=1)[-self.size :]
+        if len(self) < self.size:  # still filling: append what fits, the rest overwrites from slot 0
+            if not len(self):
+                self.vectors = vectors.new_zeros(0, vectors.shape[1])
+            fits = min(self.size - len(self), len(vectors))
+            self.vectors = torch.cat([self.vectors, vectors[:fits]])
+            self.keys = torch.cat([self.keys, keys[:fits].to(self.keys.device)])
+            self.position.fill_(len(self) % self.size)
+            vectors, keys = vectors[fits:], keys[fits:]
+            if not len(vectors):
+                return
+        slots = (self.position + torch.arange(len(vectors), device=vectors.device)) % self.size
+        self.vectors[slots], self.keys[slots] = vectors.to(self.vectors.device), keys.to(self.keys.device)
+        self.position.copy_((self.position + len(vectors)) % self.size)
+
+    def mask(
+        self, row_keys: torch.LongTensor, row_group: torch.LongTensor, pair_group: torch.LongTensor
+    ) -> torch.Tensor:
+        """[P, N] True where entry n must not be a negative of pair p: its text, or the target its own pair was
+        translated into, is the text of a sentence of p's group (the same sentence seen earlier, or a translation of
+        it through a shared English or Spanish target). ``row_keys`` [R] and ``row_group`` [R]: each encoded row's
+        text key and group; ``pair_group`` [P]: each pair's group."""
+        hits = (row_keys[:, None, None] == self.keys[None]).any(-1)  # [R, N]
+        per_group = torch.zeros(int(row_group.max()) + 1, len(self), device=hits.device)
+        per_group.index_add_(0, row_group, hits.float())
+        return per_group[pair_group] > 0
+
+    def state(self) -> dict[str, torch.Tensor]:
+        """The memory's tensors, for a checkpoint."""
+        return {"vectors": self.vectors.contiguous(), "keys": self.keys.contiguous(), "position": self.position}
+
+    def load_state(self, state: dict[str, torch.Tensor]) -> None:
+        """Restore ``state`` (a checkpoint's); ValueError if it holds more entries than the memory."""
+        if len(state["vectors"]) > self.size:
+            raise ValueError(f"{len(state['vectors'])} saved entries do not fit negative_memory_size={self.size}")
+        device = self.position.device
+        self.vectors, self.keys = state["vectors"].to(device), state["keys"].to(device)
+        self.position = state["position"].to(device)
 
 
 @torch.no_grad()
@@ -189,6 +276,9 @@ def distance_constrained_loss(
     pair_index: torch.LongTensor | None,
     group_index: torch.LongTensor | None,
     config,
+    memory: NegativeMemory | None = None,
+    text_keys: torch.LongTensor | None = None,
+    remember: bool = False,
 ) -> torch.Tensor:
     """Eq. (10) summed over a batch: ``config.distance_mt_weight`` (0.5) * l_mt + beta * sum_i d_p(i) + lambda / N_s
     * sum_j sum_i hinge (eq. 7-9), plus ``align_loss_weight`` * the alignment loss; ``out.loss_mt`` alone without
@@ -198,6 +288,10 @@ def distance_constrained_loss(
     their groups (``unique_pairs``). Pairs of the same encoded rows (a-b and b-a in a multi-way group) count once. A
     batch without negatives (one pair, or one group) trains on the translation loss alone and sets
     ``skipped_pair_losses``.
+
+    ``memory`` (``config.negative_memory_size`` > 0): the alignment loss also takes its entries as negatives, except
+    those whose text or target text is a sentence of the pair's group (``text_keys`` [R]: a key of each row's text,
+    the collator's ``text_key``); with ``remember`` (training) the batch's rows are written into it after the loss.
     """
     if pair_index is None or not (config.distance_beta > 0 or config.align_loss_weight > 0):
         return out.loss_mt
@@ -231,8 +325,21 @@ def distance_constrained_loss(
             dist.hinge.detach().mean() / 2,
             dist.v_norm.detach(),
         )
+    if memory is not None and text_keys is None:
+        raise ValueError("a negative memory needs the batch's text_keys (TranslationCollator(with_text_keys=True))")
+    # each encoded row's group, and the target text it was paired with (a row of several pairs: its last one)
+    row_group = groups.new_zeros(len(vectors)).scatter_(0, pairs[:, 0], groups).scatter_(0, pairs[:, 1], groups)
     if config.align_loss_weight > 0:
-        out.loss_align = align_loss(p_a, p_b, config.align_scale, groups) / len(pairs)
+        negatives = memory_mask = None
+        if memory is not None and len(memory):
+            negatives, memory_mask = memory.vectors, memory.mask(text_keys, row_group, groups)
+        out.loss_align = align_loss(
+            p_a, p_b, config.align_scale, groups, config.align_margin, negatives, memory_mask
+        ) / len(pairs)
         # a per-pair mean next to the per-token translation loss: scaled to this batch's share of the update
         total = total + config.align_loss_weight * out.loss_align * out.num_tokens
+    if memory is not None and remember:
+        rows = pairs.flatten().unique()
+        anchor = text_keys.clone().scatter_(0, pairs[:, 0], text_keys[pairs[:, 1]])
+        memory.add(vectors[rows], text_keys[rows], anchor[rows])
     return total

@@ -13,7 +13,13 @@ from transformers.cache_utils import Cache
 from transformers.utils import ModelOutput
 
 from .encode import stack_padded
-from .losses import centered_pair_cosine, mean_pairwise_cosine, translation_loss
+from .losses import (
+    NegativeMemory,
+    centered_pair_cosine,
+    distance_constrained_loss,
+    mean_pairwise_cosine,
+    translation_loss,
+)
 
 
 @dataclass
@@ -263,6 +269,26 @@ class TranslationMixin(GenerationMixin):
             out.loss_mt = translation_loss(out.logits, labels, self.config.label_smoothing)
             out.num_tokens = labels.ne(-100).sum()
         return out, vectors, pair_index
+
+    def pair_loss(
+        self,
+        out: TranslationOutput,
+        vectors: torch.Tensor,
+        pair_index: torch.LongTensor | None,
+        group_index: torch.LongTensor | None,
+        text_keys: torch.LongTensor | None,
+    ) -> torch.Tensor:
+        """l_mt plus the losses on the sentence vectors of the translation pairs (``distance_constrained_loss``: eq.
+        10 and the alignment loss), with the cross-batch memory of ``config.negative_memory_size`` (created at the
+        first training batch, written only in training)."""
+        memory = None
+        if getattr(self.config, "negative_memory_size", 0):
+            if getattr(self, "negative_memory", None) is None:
+                self.negative_memory = NegativeMemory(self.config.negative_memory_size).to(vectors.device)
+            memory = self.negative_memory
+        return distance_constrained_loss(
+            out, vectors, pair_index, group_index, self.config, memory, text_keys, remember=self.training
+        )
 
     def set_loss(
         self,

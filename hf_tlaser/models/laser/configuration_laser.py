@@ -49,6 +49,12 @@ class LaserConfig(PretrainedConfig):
         align_loss_weight (`float`, 0.0): weight of the optional in-batch contrastive alignment loss, averaged per
             pair and added to the per-token translation loss. 0 disables it.
         align_scale (`float`, 20.0): inverse temperature of the alignment loss on cosine similarities.
+        align_margin (`float`, 0.0): additive margin of the alignment loss (LaBSE, Feng et al. 2022: 0.3): the
+            positive pair's cosine minus the margin before scaling, in both directions. 0: the plain softmax.
+        negative_memory_size (`int`, 0): a cross-batch memory (XBM, Wang et al. 2020) of the unit sentence vectors
+            of the last N encoded rows of earlier micro-batches, extra negatives of the alignment loss (no gradient
+            through them; an entry whose text or pair target is a sentence of the pair's group is left out). Needs
+            ``align_loss_weight`` > 0. 0: in-batch negatives only.
         pad_token_id, unk_token_id, eos_token_id, cls_token_id, decoder_start_token_id (`int`, 0/1/2/3/2): special
             ids of the shared tokenizer (``cls`` is STR_TAG; see ``TLaserConfig``).
         tie_word_embeddings (`bool`, False): must stay False; the output projection (decoder_hidden_size wide)
@@ -85,6 +91,8 @@ class LaserConfig(PretrainedConfig):
         distance_mt_weight: float = 0.5,
         align_loss_weight: float = 0.0,
         align_scale: float = 20.0,
+        align_margin: float = 0.0,
+        negative_memory_size: int = 0,
         pad_token_id: int = 0,
         unk_token_id: int = 1,
         eos_token_id: int = 2,
@@ -117,6 +125,8 @@ class LaserConfig(PretrainedConfig):
         self.distance_mt_weight = distance_mt_weight
         self.align_loss_weight = align_loss_weight
         self.align_scale = align_scale
+        self.align_margin = align_margin
+        self.negative_memory_size = negative_memory_size
         self.unk_token_id = unk_token_id
         self.cls_token_id = cls_token_id
         super().__init__(
@@ -162,6 +172,13 @@ class LaserConfig(PretrainedConfig):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"LaserConfig: {name}={value!r} must be a positive integer")
+        if self.negative_memory_size < 0 or (self.negative_memory_size and not self.align_loss_weight):
+            raise ValueError(
+                f"LaserConfig: negative_memory_size={self.negative_memory_size} must be >= 0, and > 0 only with "
+                "align_loss_weight > 0 (the memory's negatives are the alignment loss's)"
+            )
+        if not 0.0 <= self.align_margin < 2.0:
+            raise ValueError(f"LaserConfig: align_margin={self.align_margin} must be in [0, 2) (a cosine margin)")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"LaserConfig: dropout={self.dropout} must be in [0, 1)")
         if not 0.0 <= self.label_smoothing < 1.0:

@@ -19,7 +19,6 @@ from transformers import PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 
 from ..common.encode import SentenceEncoderMixin
-from ..common.losses import distance_constrained_loss
 from ..common.remote_code import ModelFolderMixin
 from ..common.rnn import right_padded_lengths, run_rnn
 from ..common.translation import TranslationCache, TranslationMixin, TranslationOutput
@@ -210,6 +209,7 @@ class LaserForTranslation(TranslationMixin, LaserPreTrainedModel):
         src_index: torch.LongTensor | None = None,
         pair_index: torch.LongTensor | None = None,
         group_index: torch.LongTensor | None = None,
+        text_keys: torch.LongTensor | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
         sentence_embeddings: torch.Tensor | None = None,
         cache: TranslationCache | None = None,
@@ -233,7 +233,7 @@ class LaserForTranslation(TranslationMixin, LaserPreTrainedModel):
             cache=cache,
         )
         if labels is not None:
-            total = distance_constrained_loss(out, vectors, pair_index, group_index, self.config)  # l_mt (+ eq. 10)
+            total = self.pair_loss(out, vectors, pair_index, group_index, text_keys)  # l_mt (+ eq. 10)
             self.set_loss(out, total, vectors, pair_index, num_items_in_batch)
         return out if return_dict else out.to_tuple()
 

@@ -58,6 +58,12 @@ class TLaserConfig(PretrainedConfig):
             the pairs' sentence vectors, Lightweight Dual Transformer eq. 5), averaged per pair and added to the
             per-token translation loss. 0 disables it.
         align_scale (`float`, 20.0): inverse temperature of the alignment loss on cosine similarities.
+        align_margin (`float`, 0.0): additive margin of the alignment loss (LaBSE, Feng et al. 2022: 0.3): the
+            positive pair's cosine minus the margin before scaling, in both directions. 0: the plain softmax.
+        negative_memory_size (`int`, 0): a cross-batch memory (XBM, Wang et al. 2020) of the unit sentence vectors
+            of the last N encoded rows of earlier micro-batches, extra negatives of the alignment loss (no gradient
+            through them; an entry whose text or pair target is a sentence of the pair's group is left out). Needs
+            ``align_loss_weight`` > 0. 0: in-batch negatives only.
         tie_word_embeddings (`bool`, False): tie the decoder's input embedding and output projection (the paper's
             246M parameter count implies untied).
         teacher_dim (`int`, None): width of a teacher's vectors (``hf-tlaser train --teacher``): a Linear head
@@ -125,6 +131,8 @@ class TLaserConfig(PretrainedConfig):
         distance_mt_weight: float = 0.5,
         align_loss_weight: float = 0.0,
         align_scale: float = 20.0,
+        align_margin: float = 0.0,
+        negative_memory_size: int = 0,
         pad_token_id: int = 0,
         unk_token_id: int = 1,
         eos_token_id: int = 2,
@@ -173,6 +181,8 @@ class TLaserConfig(PretrainedConfig):
         self.distance_mt_weight = distance_mt_weight
         self.align_loss_weight = align_loss_weight
         self.align_scale = align_scale
+        self.align_margin = align_margin
+        self.negative_memory_size = negative_memory_size
         self.unk_token_id = unk_token_id
         self.cls_token_id = cls_token_id
         self.teacher_dim = teacher_dim
@@ -221,6 +231,13 @@ class TLaserConfig(PretrainedConfig):
             raise ValueError(f"TLaserConfig: distance_lambda={self.distance_lambda} must be >= 0 or None")
         if self.distance_negatives <= 0:
             raise ValueError(f"TLaserConfig: distance_negatives={self.distance_negatives} must be a positive integer")
+        if self.negative_memory_size < 0 or (self.negative_memory_size and not self.align_loss_weight):
+            raise ValueError(
+                f"TLaserConfig: negative_memory_size={self.negative_memory_size} must be >= 0, and > 0 only with "
+                "align_loss_weight > 0 (the memory's negatives are the alignment loss's)"
+            )
+        if not 0.0 <= self.align_margin < 2.0:
+            raise ValueError(f"TLaserConfig: align_margin={self.align_margin} must be in [0, 2) (a cosine margin)")
         if self.backbone is not None and "model_type" not in self.backbone:
             raise ValueError("TLaserConfig: backbone must be a config dict with its model_type (config.to_dict())")
         if self.backbone is not None and self.backbone.get("hidden_size", self.hidden_size) != self.hidden_size:

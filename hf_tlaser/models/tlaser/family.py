@@ -65,7 +65,12 @@ def translation_objective(config: dict) -> str:
         objective += f", plus the cT-LASER distance constraint (beta={beta}, alpha={config.get('distance_alpha')})"
     align = float(config.get("align_loss_weight") or 0)
     if align > 0:
-        objective += f", plus an in-batch contrastive alignment loss (weight {align}, per pair)"
+        objective += f", plus an in-batch contrastive alignment loss (weight {align}, per pair"
+        if float(config.get("align_margin") or 0) > 0:
+            objective += f", additive margin {config['align_margin']}"
+        if int(config.get("negative_memory_size") or 0) > 0:
+            objective += f", with {config['negative_memory_size']} negatives of earlier batches kept in a memory"
+        objective += ")"
     return objective
 
 

@@ -15,7 +15,6 @@ from transformers.modeling_outputs import BaseModelOutputWithPooling
 
 from ..common.backbone import BackboneEncoderMixin, build_backbone, projection_head
 from ..common.encode import SentenceEncoderMixin
-from ..common.losses import distance_constrained_loss
 from ..common.pooling import head_output_dim, sentence_head
 from ..common.positions import SinusoidalPositions
 from ..common.remote_code import ModelFolderMixin
@@ -361,6 +360,7 @@ class TLaserForTranslation(TranslationMixin, TLaserPreTrainedModel):
         src_index: torch.LongTensor | None = None,
         pair_index: torch.LongTensor | None = None,
         group_index: torch.LongTensor | None = None,
+        text_keys: torch.LongTensor | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
         sentence_embeddings: torch.Tensor | None = None,
         cache: TranslationCache | None = None,
@@ -379,7 +379,9 @@ class TLaserForTranslation(TranslationMixin, TLaserPreTrainedModel):
 
         Args: see ``TranslationMixin.translate``; also ``group_index``: LongTensor[P], the group (multi-way: source
         group) of each pair, whose pairs are never negatives of each other (default: every pair its own group);
-        ``num_items_in_batch``; ``return_dict``: False returns a tuple (default: ``config.return_dict``).
+        ``text_keys``: LongTensor[R], the ``text_key`` of each encoded row (sources, then targets), which the
+        cross-batch memory needs (``negative_memory_size``); ``num_items_in_batch``; ``return_dict``: False returns a
+        tuple (default: ``config.return_dict``).
         """
         return_dict = self.config.return_dict if return_dict is None else return_dict
         out, vectors, pair_index = self.translate(
@@ -396,7 +398,7 @@ class TLaserForTranslation(TranslationMixin, TLaserPreTrainedModel):
             cache=cache,
         )
         if labels is not None:
-            total = distance_constrained_loss(out, vectors, pair_index, group_index, self.config)  # eq. (7)-(10)
+            total = self.pair_loss(out, vectors, pair_index, group_index, text_keys)  # eq. (7)-(10)
             self.set_loss(out, total, vectors, pair_index, num_items_in_batch)
         return out if return_dict else out.to_tuple()
 

@@ -1,0 +1,156 @@
+"""The quality levers of the alignment loss (issue 53): LaBSE's additive margin, and the cross-batch memory of
+negatives (XBM): what the memory holds (size, order, no gradient), which of its entries are left out (the same text,
+a translation through a shared target), the loss it adds (hand-computed), and that a resumed run gets it back."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader
+
+from hf_tlaser import TLaserConfig, TLaserForTranslation
+from hf_tlaser.data import MultiwayBatchSampler, ParallelExamples, TranslationCollator, load_corpora, sentence_lengths
+from hf_tlaser.data.collator import text_key, text_keys
+from hf_tlaser.losses import NegativeMemory, align_loss
+from hf_tlaser.training.trainer import MEMORY_STATE, NegativeMemoryCallback
+
+torch.manual_seed(0)
+P_A, P_B = torch.randn(3, 8), torch.randn(3, 8)
+
+
+def hand_loss(p_a, p_b, scale=20.0, margin=0.0, memory=None, mask=None) -> float:
+    """Both directions' cross entropy, written out: -log softmax of the positive among the batch (and memory)."""
+    a, b = F.normalize(p_a, dim=-1), F.normalize(p_b, dim=-1)
+    total = 0.0
+    for i in range(len(a)):
+        for x, y in ((a, b), (b, a)):
+            logits = [scale * (float(x[i] @ y[j]) - (margin if j == i else 0.0)) for j in range(len(a))]
+            if memory is not None:
+                unit = F.normalize(memory, dim=-1)
+                logits += [scale * float(x[i] @ unit[n]) for n in range(len(memory)) if not bool(mask[i, n])]
+            total += float(torch.logsumexp(torch.tensor(logits), 0)) - logits[i]
+    return total
+
+
+def test_margin_is_taken_from_the_positive_in_both_directions():
+    assert align_loss(P_A, P_B, margin=0.3).item() == pytest.approx(hand_loss(P_A, P_B, margin=0.3), rel=1e-5)
+    assert align_loss(P_A, P_B).item() == pytest.approx(hand_loss(P_A, P_B), rel=1e-5)
+    assert align_loss(P_A, P_B, margin=0.3) > align_loss(P_A, P_B)  # a harder task: a higher loss
+
+
+def test_memory_entries_are_extra_negatives_except_the_masked():
+    memory = torch.randn(5, 8)
+    mask = torch.zeros(3, 5, dtype=torch.bool)
+    mask[0, 1] = mask[2, 4] = True
+    got = align_loss(P_A, P_B, memory=F.normalize(memory, dim=-1), memory_mask=mask).item()
+    assert got == pytest.approx(hand_loss(P_A, P_B, memory=memory, mask=mask), rel=1e-5)
+    assert got > align_loss(P_A, P_B).item()
+    everything_masked = align_loss(P_A, P_B, memory=memory, memory_mask=torch.ones(3, 5, dtype=torch.bool))
+    torch.testing.assert_close(everything_masked, align_loss(P_A, P_B))
+
+
+def test_memory_holds_the_last_entries_normalised_and_without_gradient():
+    memory = NegativeMemory(5)
+    assert len(memory) == 0
+    vectors = torch.randn(3, 4, requires_grad=True)
+    keys = torch.tensor([11, 12, 13])
+    memory.add(vectors * 2, keys, keys + 100)
+    assert len(memory) == 3 and not memory.vectors.requires_grad
+    torch.testing.assert_close(memory.vectors, F.normalize(vectors.detach(), dim=-1))
+    assert memory.keys.tolist() == [[11, 111], [12, 112], [13, 113]]
+    more = torch.randn(4, 4)
+    memory.add(more, torch.tensor([21, 22, 23, 24]), torch.tensor([0, 0, 0, 0]))  # fills 2 slots, then overwrites 2
+    assert len(memory) == 5 and int(memory.position) == 2
+    assert memory.keys[:, 0].tolist() == [23, 24, 13, 21, 22]  # the oldest (11, 12) are gone
+    torch.testing.assert_close(memory.vectors[:2], F.normalize(more[2:], dim=-1))
+    memory.add(torch.randn(7, 4), torch.arange(30, 37), torch.zeros(7, dtype=torch.long))  # more than it holds
+    assert memory.keys[:, 0].tolist() == [35, 36, 32, 33, 34] and int(memory.position) == 2  # the last 5, in turn
+    with pytest.raises(ValueError, match="at least 1"):
+        NegativeMemory(0)
+
+
+def test_mask_leaves_out_the_same_text_and_translations_through_a_shared_target():
+    memory = NegativeMemory(4)
+    # entries: (own text, its pair's target text): an English sentence, a German one translated into that English
+    # sentence, two unrelated ones
+    memory.add(torch.randn(4, 3), torch.tensor([7, 8, 9, 10]), torch.tensor([7, 7, 5, 6]))
+    rows = torch.tensor([1, 7, 2, 3])  # group 0: a French sentence and English 7; group 1: two others
+    mask = memory.mask(rows, row_group=torch.tensor([0, 0, 1, 1]), pair_group=torch.tensor([0, 1]))
+    assert mask.tolist() == [[True, True, False, False], [False, False, False, False]]
+
+
+def test_collator_keys_every_encoded_row(tokenizer, data_dir):
+    assert text_key("Hallo.") == text_key("Hallo.") != text_key("Hallo!") and text_key("") > 0
+    examples = [{"src": "Guten Tag.", "tgt": "Good day.", "src_lang": "de", "tgt_lang": "en"}] * 2
+    collator = TranslationCollator(tokenizer, with_target_encoding=True, with_text_keys=True)
+    assert collator(examples)["text_keys"].tolist() == text_keys(["Guten Tag."] * 2 + ["Good day."] * 2).tolist()
+    assert "text_keys" not in TranslationCollator(tokenizer, with_target_encoding=True)(examples)
+    corpus = load_corpora(["wmt-newstest-multiway"], data_dir, max_lines=40)
+    sampler = MultiwayBatchSampler(sentence_lengths(corpus, tokenizer), 600, seed=0, num_batches=1)
+    collate = TranslationCollator(tokenizer, with_text_keys=True)
+    batch = next(iter(DataLoader(ParallelExamples(corpus), batch_sampler=sampler, collate_fn=collate)))
+    assert batch["text_keys"].shape == batch["input_ids"].shape[:1]
+    # one key per distinct sentence: rows are equal exactly where their tokens are
+    same_tokens = (batch["input_ids"][:, None] == batch["input_ids"][None]).all(-1)
+    assert torch.equal(batch["text_keys"][:, None] == batch["text_keys"][None], same_tokens)
+    assert len(set(batch["text_keys"].tolist())) > 2
+
+
+def batch_of(tokenizer, sources, targets):
+    examples = [{"src": s, "tgt": t, "src_lang": "de", "tgt_lang": "en"} for s, t in zip(sources, targets)]
+    return TranslationCollator(tokenizer, with_target_encoding=True, with_text_keys=True)(examples)
+
+
+def test_model_fills_the_memory_in_training_only(tokenizer, tiny_tlaser_kwargs):
+    torch.manual_seed(0)
+    kwargs = {**tiny_tlaser_kwargs, "align_loss_weight": 1.0, "distance_beta": 0.0}
+    plain = TLaserForTranslation(TLaserConfig(**kwargs)).train()
+    model = TLaserForTranslation(TLaserConfig(**kwargs, negative_memory_size=6)).train()
+    model.load_state_dict(plain.state_dict())
+    first = batch_of(tokenizer, ["Ein Haus.", "Eine Katze.", "Ein Hund."], ["A house.", "A cat.", "A dog."])
+    # an empty memory adds nothing: the first batch's loss is the plain model's
+    out = model(**first)
+    torch.testing.assert_close(out.loss, plain(**{k: v for k, v in first.items() if k != "text_keys"}).loss)
+    assert len(model.negative_memory) == 6  # 3 sources and 3 targets
+    assert model.negative_memory.keys[:, 0].tolist() == first["text_keys"].tolist()
+    second = batch_of(tokenizer, ["Ein Baum.", "Ein Hund."], ["A tree.", "A dog."])
+    before = model.negative_memory.vectors.clone()
+    model.eval()
+    with torch.no_grad():
+        evaluated = model(**second)
+    torch.testing.assert_close(model.negative_memory.vectors, before)  # evaluation writes nothing
+    model.train()
+    plain.train()
+    assert evaluated.loss_align > plain(**{k: v for k, v in second.items() if k != "text_keys"}).loss_align
+    model(**second)
+    assert int(model.negative_memory.position) == 4  # 4 new rows, over the oldest
+    with pytest.raises(ValueError, match="text_keys"):
+        model(**{k: v for k, v in second.items() if k != "text_keys"})
+    with pytest.raises(ValueError, match="align_loss_weight"):
+        TLaserConfig(**tiny_tlaser_kwargs, negative_memory_size=4, align_loss_weight=0.0)
+
+
+def test_checkpoint_keeps_the_memory_for_the_resumed_run(tmp_path):
+    model = SimpleNamespace(config=SimpleNamespace(negative_memory_size=4), device=torch.device("cpu"))
+    model.negative_memory = NegativeMemory(4)
+    model.negative_memory.add(torch.randn(3, 5), torch.tensor([1, 2, 3]), torch.tensor([4, 5, 6]))
+    args = SimpleNamespace(output_dir=str(tmp_path), process_index=0)
+    NegativeMemoryCallback(None).on_save(args, SimpleNamespace(global_step=7), None, model=model)
+    saved = tmp_path / "checkpoint-7" / MEMORY_STATE.format(rank=0)
+    assert saved.is_file()
+    resumed = SimpleNamespace(config=model.config, device=torch.device("cpu"))
+    NegativeMemoryCallback(tmp_path / "checkpoint-7").on_train_begin(args, None, None, model=resumed)
+    for name, value in model.negative_memory.state().items():
+        torch.testing.assert_close(resumed.negative_memory.state()[name], value)
+
+
+def test_model_card_names_the_levers():
+    from hf_tlaser.models.tlaser.family import translation_objective
+
+    plain = translation_objective({"align_loss_weight": 1.0})
+    assert "alignment loss (weight 1.0, per pair)" in plain and "margin" not in plain and "memory" not in plain
+    levers = translation_objective({"align_loss_weight": 1.0, "align_margin": 0.3, "negative_memory_size": 4096})
+    assert "additive margin 0.3" in levers and "4096 negatives of earlier batches" in levers

@@ -14,6 +14,7 @@ from types import SimpleNamespace
 import ddp_launch
 import pytest
 import torch
+from safetensors import safe_open
 
 from hf_tlaser import TLaserConfig, TLaserForTranslation, save_tokenizer
 from hf_tlaser.data import TranslationCollator
@@ -208,6 +209,26 @@ def test_streaming_resume_continues_the_stream(tmp_path, tokenizer_dir):
     expected, got = losses(full.args.output_dir), losses(resumed.args.output_dir)
     for step in (4, 5, 6):
         assert got[step] == pytest.approx(expected[step], rel=1e-5), (step, got, expected)
+
+
+def test_resume_restores_the_negative_memory(tmp_path, tokenizer_dir):
+    """``--set negative_memory_size``: the checkpoint carries the memory, and a resumed run reproduces the
+    uninterrupted run's next losses; without the memory file it does not (the memory matters to the loss)."""
+    memory = ["--set=negative_memory_size=64", "--max-steps", "6", "--save-total-limit", "10"]
+    full = train(parse_args(tiny_args(tmp_path / "full", tokenizer_dir, *memory, "--save-steps", "3")))
+    checkpoint = tmp_path / "full" / "checkpoint-3"
+    assert (checkpoint / "negative_memory_rank0.safetensors").is_file()
+    expected = losses(full.args.output_dir)
+    for name, keep in (("resumed", True), ("refilled", False)):
+        shutil.copytree(checkpoint, tmp_path / name / "checkpoint-3")
+        if not keep:
+            (tmp_path / name / "checkpoint-3" / "negative_memory_rank0.safetensors").unlink()
+        resumed = train(parse_args(tiny_args(tmp_path / name, tokenizer_dir, *memory, "--resume", "auto")))
+        got = losses(resumed.args.output_dir)
+        same = [got[step] == pytest.approx(expected[step], rel=1e-5) for step in (4, 5, 6)]
+        assert all(same) if keep else not any(same), (name, got, expected)
+    saved = safe_open(tmp_path / "full" / "model.safetensors", "pt").keys()
+    assert saved and not any("negative_memory" in key for key in saved)  # the published model carries no memory
 
 
 def test_two_process_ddp_streaming(tmp_path, tokenizer_dir):

@@ -207,7 +207,7 @@ def test_cnv_usage_errors_end_in_one_line(extra, expected, cnv_dir, tmp_path, ca
     with pytest.raises(UsageError, match=r"languages \(en, pt\) include 1 of the evaluation languages"):
         evaluation_languages(["en", "pt"])  # zh is one since NTREX-128 has it
     assert evaluation_languages(["de", "en", "pt"]) == ["de", "en"]
-    assert retrieval_sets_for(LANGS) == ("ntrex128", "flores-devtest", "ud-pud")  # not TICO-19: no German
+    assert retrieval_sets_for(LANGS) == ("ntrex128", "flores-devtest", "ud-pud", "xed-dev")  # not TICO-19: no German
 
 
 def test_card_and_push_of_a_cnv_folder(cnv_dir, cnv_model, tmp_path, monkeypatch, capsys):

@@ -3,9 +3,12 @@ training mix loader."""
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import logging
 import os
-from collections.abc import Callable, Iterable, Iterator, Sequence
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,10 +16,10 @@ import datasets
 from transformers import PreTrainedTokenizerBase
 
 from hf_tlaser.data.cleaning import CleaningConfig, clean_groups
-from hf_tlaser.data.languages import ISO639_3, LANGUAGES, normalize_language
+from hf_tlaser.data.languages import ISO639_3, LANGUAGES, is_language, normalize_language
 from hf_tlaser.data.paths import ENV_VAR, get_data_dir
 from hf_tlaser.data.pivot import join_on_english
-from hf_tlaser.data.readers import moses_files
+from hf_tlaser.data.readers import DataFormatError, iter_lines, moses_files
 from hf_tlaser.data.sources import (
     KINDS,
     AlignedPart,
@@ -42,6 +45,8 @@ class CorpusSpec:
     description: str
     parts: Callable[[Path], list[Part]]
     evaluation: bool = False
+    folder: str | None = None
+    """the folder of the data dir, when it is not ``name``"""
 
 
 def _multiway(name: str, set_names: Sequence[str], langs: Sequence[str]) -> Callable[[Path], list[Part]]:
@@ -76,8 +81,120 @@ def _stsb(folder: Path) -> list[Part]:
     return [CsvPart("stsb-multi-mt/train", files, columns=(0, 1))]
 
 
+XED_LANGUAGES: tuple[str, ...] = ("de", "es", "fr", "it")
+"""Languages of ``xed/subtitle-pairs`` (en-X rows)."""
+XED_MORE_LANGUAGES: tuple[str, ...] = ("cs", "fi", "ru", "tr", "zh")
+"""Languages of the ``xed-more`` training corpus: those of ``xed-subtitles-more`` where the other corpora here are
+news only (the ten-language curriculum's cs, fi, ru, tr, zh); ``xed-more-all`` reads every language of the folder."""
+XED_DEV_LANGUAGES: tuple[str, ...] = (*XED_LANGUAGES, "fi", "tr", "cs", "zh", "ru")
+"""The languages of the ``xed-dev`` retrieval set (each paired with English)."""
+XED_DEV_TARGET = 500
+"""Pairs per language the dev films are chosen to give (``select_xed_dev_films``) and the dev set keeps at most."""
+XED_DEV_MAX_SHARE = 0.4
+"""No film joins the dev split if it would hold out more than this share of a dev language's pairs."""
+XED_DEV_FILMS: tuple[str, ...] = (
+    "en/1990/100502/4704610.xml.gz",
+    "en/1990/100507/4049754.xml.gz",
+    "en/1990/100469/6936851.xml.gz",
+    "en/1990/100224/4171489.xml.gz",
+    "en/1965/59037/5735869.xml.gz",
+    "en/1990/100405/4706696.xml.gz",
+    "en/1990/100440/5203875.xml.gz",
+)
+"""The English subtitle documents (one per film) of the conversational dev split, in the order the rule took them:
+``select_xed_dev_films(xed_film_rows())`` on the data of 2026-11-27 (``tests/test_xed_dev.py`` checks that the rule
+still gives them). Frozen, so that a film added to the data later never moves a film between train and dev: rows of
+these films are never read by the ``xed``, ``xed-more`` and ``xed-more-all`` training corpora, and ``xed-dev`` reads
+only them."""
+
+
+def film_hash(en_doc: str) -> bytes:
+    """Stable 8-byte BLAKE2b digest of an English subtitle document path (the order the dev split walks films in;
+    never Python's salted ``hash``)."""
+    return hashlib.blake2b(en_doc.encode("utf-8"), digest_size=8).digest()
+
+
+def xed_pair_files(folder_xed: Path, folder_more: Path, languages: Sequence[str]) -> dict[str, TsvPart]:
+    """The en-X pair file of each of ``languages`` (``xed/subtitle-pairs/pairs-X.txt`` for de/es/fr/it, else
+    ``xed-subtitles-more/en-X.tsv``) as a TsvPart over the English, X and English-document columns, every film kept
+    (the dev split is not applied: ``xed_pairs`` and the film counts read through it)."""
+    parts = {}
+    for lang in languages:
+        if lang in XED_LANGUAGES:
+            path = folder_xed / "subtitle-pairs" / f"pairs-{lang}.txt"
+            parts[lang] = TsvPart(
+                f"xed/pairs-{lang}", str(path), {"en": 4, lang: 5}, n_fields=6, require_prefix=(0, "en/")
+            )
+        else:
+            path = folder_more / f"en-{lang}.tsv"
+            parts[lang] = TsvPart(
+                f"xed-subtitles-more/en-{lang}", str(path), {"en": 0, lang: 1}, n_fields=4, skip_lines=1
+            )
+    return parts
+
+
+def _doc_column(part: TsvPart) -> int:
+    return 0 if part.require_prefix is not None else 2
+
+
+def xed_pairs(lang: str, data_dir: str | os.PathLike | None = None) -> Iterator[tuple[str, str, str]]:
+    """``(english, lang, english document)`` of every en-X row of the OpenSubtitles pairs of ``lang`` (one of
+    ``XED_LANGUAGES`` or a language of ``xed-subtitles-more``), in file order, every film included."""
+    root = get_data_dir(data_dir)
+    part = xed_pair_files(root / "xed", root / "xed-subtitles-more", [lang])[lang]
+    part.check()
+    doc = _doc_column(part)
+    for lineno, line in enumerate(itertools.islice(iter_lines(part.path), part.skip_lines, None), 1 + part.skip_lines):
+        fields = line.split("\t")
+        if len(fields) != part.n_fields:
+            raise DataFormatError(f"{part.path}:{lineno}: {len(fields)} tab-separated fields, expected {part.n_fields}")
+        if part.require_prefix is None or fields[0].startswith("en/"):
+            yield fields[part.columns["en"]].strip(), fields[part.columns[lang]].strip(), fields[doc]
+
+
+def xed_film_rows(
+    data_dir: str | os.PathLike | None = None, languages: Sequence[str] = XED_DEV_LANGUAGES
+) -> dict[str, dict[str, int]]:
+    """``{english document: {language: en-X rows}}`` over the pair files of ``languages`` (what the dev split rule
+    weighs)."""
+    rows: dict[str, dict[str, int]] = {}
+    for lang in languages:
+        for _, _, doc in xed_pairs(lang, data_dir):
+            counts = rows.setdefault(doc, {})
+            counts[lang] = counts.get(lang, 0) + 1
+    return rows
+
+
+def select_xed_dev_films(
+    film_rows: Mapping[str, Mapping[str, int]],
+    languages: Sequence[str] = XED_DEV_LANGUAGES,
+    target: int = XED_DEV_TARGET,
+    max_share: float = XED_DEV_MAX_SHARE,
+) -> tuple[str, ...]:
+    """The dev films: walking the films in ``film_hash`` order, a film is taken when one of ``languages`` it has rows
+    in still has fewer than ``target`` dev rows, unless taking it would hold out more than ``max_share`` of some
+    language's rows. Deterministic (BLAKE2b of the path) and global: a film is dev in every language or in none."""
+    totals: dict[str, int] = {}
+    for counts in film_rows.values():
+        for lang, n in counts.items():
+            totals[lang] = totals.get(lang, 0) + n
+    dev: dict[str, int] = dict.fromkeys(languages, 0)
+    chosen = []
+    for film in sorted(film_rows, key=film_hash):
+        counts = {lang: n for lang, n in film_rows[film].items() if lang in dev and n}
+        if not any(dev[lang] < target for lang in counts):
+            continue
+        if any(dev[lang] + n > max_share * totals[lang] for lang, n in counts.items()):
+            continue
+        chosen.append(film)
+        for lang, n in counts.items():
+            dev[lang] += n
+    return tuple(chosen)
+
+
 def _xed(folder: Path) -> list[Part]:
-    """en-X subtitle pairs; rows whose first column is not an ``en/`` file are Danish-X and are skipped."""
+    """en-X subtitle pairs; rows whose first column is not an ``en/`` file are Danish-X and are skipped, and so are
+    the rows of the dev films (``XED_DEV_FILMS``)."""
     return [
         TsvPart(
             f"xed/pairs-{lang}",
@@ -85,9 +202,44 @@ def _xed(folder: Path) -> list[Part]:
             {"en": 4, lang: 5},
             n_fields=6,
             require_prefix=(0, "en/"),
+            exclude=(0, XED_DEV_FILMS),
         )
-        for lang in ("de", "es", "fr", "it")
+        for lang in XED_LANGUAGES
     ]
+
+
+def xed_more_languages(folder: Path) -> list[str]:
+    """The languages of ``xed-subtitles-more`` (files ``en-X.tsv``) whose name is a language code here (``pt_BR`` is
+    not: its region is not a script)."""
+    langs = []
+    for path in sorted(folder.glob("en-*.tsv")):
+        name = path.stem.removeprefix("en-")
+        if is_language(name):
+            langs.append(name)
+        else:
+            logger.debug("xed-subtitles-more: %s left out (%r is not a language code)", path.name, name)
+    return langs
+
+
+def _xed_more(languages: Sequence[str] | None) -> Callable[[Path], list[Part]]:
+    """en-X subtitle pairs of ``xed-subtitles-more`` (header ``en X en_doc X_doc``) of ``languages`` (None: every
+    file named by a language code), the rows of the dev films (``XED_DEV_FILMS``) left out."""
+
+    def parts(folder: Path) -> list[Part]:
+        langs = xed_more_languages(folder) if languages is None else languages
+        return [
+            TsvPart(
+                f"xed-more/en-{lang}",
+                str(folder / f"en-{lang}.tsv"),
+                {"en": 0, lang: 1},
+                n_fields=4,
+                skip_lines=1,
+                exclude=(2, XED_DEV_FILMS),
+            )
+            for lang in langs
+        ]
+
+    return parts
 
 
 NTREX_LANGUAGES: tuple[str, ...] = ("cs", "de", "en", "es", "fi", "fr", "it", "ru", "tr", "zh")
@@ -96,7 +248,77 @@ NTREX_FILES: dict[str, str] = {
     for lang in NTREX_LANGUAGES
 } | {"zh": "newstest2019-ref.zho-CN.txt"}
 """NTREX-128 file of each language in ``ntrex128/`` (Chinese: simplified, zho-CN)."""
-FLORES_FILES: dict[str, str] = {lang: f"{ISO639_3[lang]}_Latn.devtest" for lang in LANGUAGES}
+FLORES_CODES: dict[str, str] = dict(
+    item.split("=")
+    for item in (
+        "af=afr_Latn ak=aka_Latn am=amh_Ethi ar=arb_Arab as=asm_Beng ay=ayr_Latn az=azj_Latn ba=bak_Cyrl "
+        "be=bel_Cyrl bg=bul_Cyrl bm=bam_Latn bn=ben_Beng bo=bod_Tibt bs=bos_Latn ca=cat_Latn cs=ces_Latn "
+        "cy=cym_Latn da=dan_Latn de=deu_Latn dz=dzo_Tibt ee=ewe_Latn el=ell_Grek en=eng_Latn eo=epo_Latn "
+        "es=spa_Latn et=est_Latn eu=eus_Latn fa=pes_Arab ff=fuv_Latn fi=fin_Latn fj=fij_Latn fo=fao_Latn "
+        "fr=fra_Latn ga=gle_Latn gd=gla_Latn gl=glg_Latn gn=grn_Latn gu=guj_Gujr ha=hau_Latn he=heb_Hebr "
+        "hi=hin_Deva hr=hrv_Latn ht=hat_Latn hu=hun_Latn hy=hye_Armn id=ind_Latn ig=ibo_Latn is=isl_Latn "
+        "it=ita_Latn ja=jpn_Jpan jv=jav_Latn ka=kat_Geor kg=kon_Latn ki=kik_Latn kk=kaz_Cyrl km=khm_Khmr "
+        "kn=kan_Knda ko=kor_Hang ku=kmr_Latn ky=kir_Cyrl lb=ltz_Latn lg=lug_Latn li=lim_Latn ln=lin_Latn "
+        "lo=lao_Laoo lt=lit_Latn lv=lvs_Latn mg=plt_Latn mi=mri_Latn mk=mkd_Cyrl ml=mal_Mlym mn=khk_Cyrl "
+        "mr=mar_Deva ms=zsm_Latn mt=mlt_Latn my=mya_Mymr nb=nob_Latn ne=npi_Deva nl=nld_Latn nn=nno_Latn "
+        "no=nob_Latn ny=nya_Latn oc=oci_Latn om=gaz_Latn or=ory_Orya pa=pan_Guru pl=pol_Latn ps=pbt_Arab "
+        "pt=por_Latn qu=quy_Latn rn=run_Latn ro=ron_Latn ru=rus_Cyrl rw=kin_Latn sa=san_Deva sc=srd_Latn "
+        "sd=snd_Arab sg=sag_Latn si=sin_Sinh sk=slk_Latn sl=slv_Latn sm=smo_Latn sn=sna_Latn so=som_Latn "
+        "sq=als_Latn sr=srp_Cyrl ss=ssw_Latn st=sot_Latn su=sun_Latn sv=swe_Latn sw=swh_Latn ta=tam_Taml "
+        "te=tel_Telu tg=tgk_Cyrl th=tha_Thai ti=tir_Ethi tk=tuk_Latn tl=tgl_Latn tn=tsn_Latn tr=tur_Latn "
+        "ts=tso_Latn tt=tat_Cyrl tw=twi_Latn ug=uig_Arab uk=ukr_Cyrl ur=urd_Arab uz=uzn_Latn vi=vie_Latn "
+        "wo=wol_Latn xh=xho_Latn yi=ydd_Hebr yo=yor_Latn zh=zho_Hans zu=zul_Latn"
+    ).split()
+)
+"""The FLORES-200 variety an ISO 639-1 code stands for (``flores-devtest/<code>.devtest``). Where FLORES-200 has
+several varieties of one ISO 639-1 language, the standard written one: ar Modern Standard Arabic (arb_Arab), az North
+Azerbaijani (azj_Latn), fa Iranian Persian (pes_Arab), ku Northern Kurdish (kmr_Latn), ms Standard Malay (zsm_Latn),
+zh Simplified Chinese (zho_Hans); ks and kr (two scripts each) are left out: give their FLORES code. ISO 639-1
+codes without a FLORES-200 variety (br, fy, la, ...) are not here."""
+FLORES_FILES: dict[str, str] = {lang: f"{FLORES_CODES[lang]}.devtest" for lang in NTREX_LANGUAGES}
+"""FLORES-200 file of each of the ten languages (the ``flores-devtest`` corpus; ``hf-tlaser evaluate`` reads every
+file, ``flores_file``)."""
+_FLORES_CODE = re.compile(r"^[a-z]{3}(_[A-Z][a-z]{3})?$")
+_FLORES_ALIAS = re.compile(r"^([a-z]{3}(?:_[A-Z][a-z]{3})?)\.devtest$")
+
+
+def is_flores_language(code: str) -> bool:
+    """Whether ``code`` can name a FLORES-200 file without looking at the folder: an ISO 639-1 code of
+    ``FLORES_CODES`` or a FLORES-style code (``swh_Latn``, ``swh``); ``flores_file`` finds (or refuses) the file."""
+    return code in FLORES_CODES or bool(_FLORES_CODE.match(code))
+
+
+def flores_file(folder: str | os.PathLike, code: str) -> Path:
+    """The FLORES-200 devtest file of ``code`` in ``folder``: an ISO 639-1 code through ``FLORES_CODES``, a FLORES
+    code (``swh_Latn``), or an ISO 639-3 code with one variety in the folder (``swh``). The folder's alias files
+    (``ara``, ``msa``, ``cmn_Hans``...: one line naming another file, as git writes a symbolic link) are followed.
+    MissingDataError naming the code when there is no such file."""
+    folder = Path(folder)
+    stem = FLORES_CODES.get(code, code)
+    path = folder / f"{stem}.devtest"
+    if not path.is_file() and "_" not in stem:
+        found = sorted(folder.glob(f"{stem}_*.devtest"))
+        if len(found) == 1:
+            path = found[0]
+        elif found:
+            names = ", ".join(p.stem for p in found)
+            raise MissingDataError(f"flores-devtest: {code!r} has several varieties ({names}); give one of them")
+    if not path.is_file():
+        raise MissingDataError(
+            f"flores-devtest: no file for {code!r} ({path.name} is not in {folder}); give an ISO 639-1 code with a "
+            "FLORES-200 variety or a FLORES-200 code such as swh_Latn (the folder's file names)"
+        )
+    if path.stat().st_size < 64:  # an alias: the name of the file it stands for
+        target = _FLORES_ALIAS.match(path.read_text(encoding="utf-8").strip())
+        if target and (folder / target.group(0)).is_file():
+            return folder / target.group(0)
+    return path
+
+
+def flores_languages(folder: str | os.PathLike) -> list[str]:
+    """The FLORES-200 codes of the folder's files (aliases included), sorted."""
+    return sorted(path.stem for path in Path(folder).glob("*.devtest"))
+
 
 REGISTRY: dict[str, CorpusSpec] = {
     spec.name: spec
@@ -140,7 +362,24 @@ REGISTRY: dict[str, CorpusSpec] = {
             _bilingual("wmt-newstest-more"),
         ),
         CorpusSpec("stsb-multi-mt", "STS benchmark train split, en + DeepL MT de/es/fr/it (both sentences)", _stsb),
-        CorpusSpec("xed", "XED OpenSubtitles en-X pairs (de/es/fr/it); conflicts with XED as a benchmark", _xed),
+        CorpusSpec(
+            "xed",
+            "XED OpenSubtitles en-X pairs (de/es/fr/it), the xed-dev films left out; conflicts with XED as a benchmark",
+            _xed,
+        ),
+        CorpusSpec(
+            "xed-more",
+            "OpenSubtitles en-X pairs of xed-subtitles-more, cs/fi/ru/tr/zh (conversational), xed-dev films left out",
+            _xed_more(XED_MORE_LANGUAGES),
+            folder="xed-subtitles-more",
+        ),
+        CorpusSpec(
+            "xed-more-all",
+            "OpenSubtitles en-X pairs of xed-subtitles-more, its 30 languages (ar bg bs cs da el ...), xed-dev films "
+            "left out",
+            _xed_more(None),
+            folder="xed-subtitles-more",
+        ),
         CorpusSpec(
             "tico19-test",
             "TICO-19 test, COVID domain, en/es/fr 3-way (evaluation: a default retrieval set of hf-tlaser evaluate)",
@@ -163,7 +402,8 @@ REGISTRY: dict[str, CorpusSpec] = {
         ),
         CorpusSpec(
             "flores-devtest",
-            "FLORES-200 devtest, 1,012 sentences, 5-way; overlaps SIB-200 (evaluation)",
+            "FLORES-200 devtest, 1,012 sentences, 204-way (as a corpus: the ten languages of ntrex128); overlaps "
+            "SIB-200 (evaluation)",
             lambda folder: [
                 AlignedPart("flores-devtest/devtest", {lang: str(folder / f) for lang, f in FLORES_FILES.items()})
             ],
@@ -197,13 +437,13 @@ def resolve_corpora(specs: str | Iterable[str | Source], data_dir: str | os.Path
             continue
         for spec in split_specs(item):
             if spec in REGISTRY:
-                folder = get_data_dir(data_dir) / spec
+                entry = REGISTRY[spec]
+                folder = get_data_dir(data_dir) / (entry.folder or spec)
                 if not folder.is_dir():
                     raise MissingDataError(
                         f"corpus folder {folder} does not exist; pass --data-dir (or set ${ENV_VAR}) to the folder "
                         "that holds the corpora (see its INDEX.md)"
                     )
-                entry = REGISTRY[spec]
                 parts = [part for part in entry.parts(folder) if len(part.languages) >= 2]
                 sources.append(Source(spec, spec, parts, entry.evaluation))
             elif ":" in spec:

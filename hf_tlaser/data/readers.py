@@ -168,10 +168,12 @@ def tsv_rows(
     *,
     n_fields: int | None = None,
     require_prefix: tuple[int, str] | None = None,
+    exclude: tuple[int, tuple[str, ...]] | None = None,
     max_lines: int | None = None,
     skip_lines: int = 0,
 ) -> Iterator[dict[str, str | None]]:
     """Group rows of a TSV file (``read_tsv``); ``skip_lines`` leading lines (a header) are not data."""
+    held_out = frozenset(exclude[1]) if exclude is not None else frozenset()
     lines = itertools.islice(iter_lines(path), skip_lines, None if max_lines is None else skip_lines + max_lines)
     for lineno, line in enumerate(lines, start=1 + skip_lines):
         fields = line.split("\t")
@@ -179,6 +181,8 @@ def tsv_rows(
         if len(fields) < needed or (n_fields is not None and len(fields) != n_fields):
             raise DataFormatError(f"{path}:{lineno}: {len(fields)} tab-separated fields, expected {needed}")
         if require_prefix is not None and not fields[require_prefix[0]].startswith(require_prefix[1]):
+            continue
+        if exclude is not None and fields[exclude[0]] in held_out:
             continue
         row: dict[str, str | None] = dict.fromkeys(languages)
         row.update({lang: fields[col].strip() for lang, col in columns.items() if lang in row})
@@ -282,6 +286,7 @@ def read_tsv(
     *,
     n_fields: int | None = None,
     require_prefix: tuple[int, str] | None = None,
+    exclude: tuple[int, tuple[str, ...]] | None = None,
     max_lines: int | None = None,
     skip_lines: int = 0,
 ) -> datasets.Dataset:
@@ -289,7 +294,8 @@ def read_tsv(
 
     ``n_fields`` checks the number of fields of every line; ``require_prefix=(column, prefix)`` keeps only lines
     whose ``column`` starts with ``prefix`` (the others are skipped; see ``count_lines`` to report them);
-    ``skip_lines`` leading lines (a header) are not data.
+    ``exclude=(column, values)`` skips the lines whose ``column`` is one of ``values`` (a held-out split, e.g. the
+    documents of a dev set); ``skip_lines`` leading lines (a header) are not data.
     """
     check_languages(columns, languages)
     kwargs = dict(
@@ -297,12 +303,16 @@ def read_tsv(
         columns=dict(columns),
         n_fields=n_fields,
         require_prefix=require_prefix,
+        exclude=None if exclude is None else (exclude[0], tuple(sorted(exclude[1]))),
         corpus=corpus,
         languages=tuple(languages),
         max_lines=max_lines,
         skip_lines=skip_lines,
         stamp=_stamp([path]),
     )
+    options = {key: value for key, value in kwargs.items() if key != "stamp"}
+    if next(tsv_rows(**options), None) is None:  # every row skipped or held out: datasets cannot build an empty table
+        return datasets.Dataset.from_dict({name: [] for name in group_features(languages)}, group_features(languages))
     return _from_generator(_tsv_generator, kwargs, languages)
 
 

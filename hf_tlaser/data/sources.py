@@ -136,8 +136,8 @@ class CsvPart(AlignedPart):
 @dataclass
 class TsvPart:
     """One TSV file whose ``columns`` ({lang: 0-based column}) translate each other; ``skip_lines`` header lines;
-    ``require_prefix=(column, prefix)`` keeps only the lines whose column starts with prefix (the others are counted
-    in the log)."""
+    ``require_prefix=(column, prefix)`` keeps only the lines whose column starts with prefix, ``exclude=(column,
+    values)`` drops the lines whose column is one of values (a held-out dev split); both are counted in the log."""
 
     name: str
     path: str
@@ -145,6 +145,7 @@ class TsvPart:
     n_fields: int | None = None
     require_prefix: tuple[int, str] | None = None
     skip_lines: int = 0
+    exclude: tuple[int, tuple[str, ...]] | None = None
 
     @property
     def languages(self) -> tuple[str, ...]:
@@ -159,24 +160,49 @@ class TsvPart:
 
     def _options(self, languages: Sequence[str]) -> dict:
         columns = {lang: col for lang, col in self.columns.items() if lang in languages}
-        return dict(columns=columns, n_fields=self.n_fields, require_prefix=self.require_prefix)
+        return dict(columns=columns, n_fields=self.n_fields, require_prefix=self.require_prefix, exclude=self.exclude)
+
+    def _skip_counts(self, max_lines: int | None) -> tuple[int, int, int]:
+        """``(rows read, rows without the required prefix, rows held out by exclude)`` of the first ``max_lines``."""
+        held_out = frozenset(self.exclude[1]) if self.exclude is not None else frozenset()
+        end = None if max_lines is None else self.skip_lines + max_lines
+        total = prefix = excluded = 0
+        for line in itertools.islice(iter_lines(self.path), self.skip_lines, end):
+            fields = line.split("\t")
+            total += 1
+            if self.require_prefix is not None:
+                column, start = self.require_prefix
+                if column >= len(fields) or not fields[column].startswith(start):
+                    prefix += 1
+                    continue
+            if self.exclude is not None and self.exclude[0] < len(fields) and fields[self.exclude[0]] in held_out:
+                excluded += 1
+        return total, prefix, excluded
 
     def dataset(self, languages: Sequence[str], max_lines: int | None) -> datasets.Dataset:
         ds = read_tsv(
             self.path, corpus=self.name, languages=languages, max_lines=max_lines, skip_lines=self.skip_lines,
             **self._options(languages),
         )  # fmt: skip
-        if self.require_prefix is not None:
-            total = self.total_lines() if max_lines is None else min(max_lines, self.total_lines())
-            column, prefix = self.require_prefix
-            logger.info(
-                "%s: skipped %d of %d rows whose column %d does not start with %r",
-                self.name,
-                total - len(ds),
-                total,
-                column,
-                prefix,
-            )
+        if self.require_prefix is not None or self.exclude is not None:
+            total, prefix, excluded = self._skip_counts(max_lines)
+            if self.require_prefix is not None:
+                logger.info(
+                    "%s: skipped %d of %d rows whose column %d does not start with %r",
+                    self.name,
+                    prefix,
+                    total,
+                    *self.require_prefix,
+                )
+            if self.exclude is not None:
+                logger.info(
+                    "%s: held out %d of %d rows whose column %d is one of %d held-out values (a dev split)",
+                    self.name,
+                    excluded,
+                    total,
+                    self.exclude[0],
+                    len(self.exclude[1]),
+                )
         return ds
 
     def rows(self, languages: Sequence[str], max_lines: int | None) -> Iterator[dict]:

@@ -23,8 +23,10 @@ from .plots import (
 from .readers import (
     CLASSIFICATION_SETS,
     LANGS,
+    LANGUAGE_LISTS,
     RETRIEVAL_SETS,
     LabeledSplit,
+    PivotPairs,
     read_flores_devtest,
     read_mldoc,
     read_mldoc_file,
@@ -33,6 +35,7 @@ from .readers import (
     read_tico19,
     read_ud_pud,
     read_umsab,
+    read_xed_dev,
 )
 from .report import markdown_table, write_report
 from .retrieval import precision_at_1, xsim, xsim_both, xsim_matrix
@@ -54,11 +57,13 @@ from .suite import (
 __all__ = [
     "CLASSIFICATION_SETS",
     "LANGS",
+    "LANGUAGE_LISTS",
     "MARGINS",
     "RETRIEVAL_SETS",
     "SUITES",
     "ClassifierConfig",
     "LabeledSplit",
+    "PivotPairs",
     "Reference",
     "RetrievalResult",
     "TransferResult",
@@ -90,6 +95,7 @@ __all__ = [
     "read_tico19",
     "read_ud_pud",
     "read_umsab",
+    "read_xed_dev",
     "run_suite",
     "score_retrieval",
     "select_epoch",

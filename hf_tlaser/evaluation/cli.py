@@ -22,15 +22,17 @@ from transformers import AutoTokenizer
 
 from hf_tlaser.backends import BACKENDS, load_backend
 from hf_tlaser.commands import run_command
-from hf_tlaser.data.languages import parse_languages
+from hf_tlaser.data.languages import normalize_language
 from hf_tlaser.encoding import model_languages
 from hf_tlaser.evaluation.classifier import CLASSIFIERS, ClassifierConfig
 from hf_tlaser.evaluation.lexical import NAME as LEXICAL_NAME
 from hf_tlaser.evaluation.provenance import describe_model
-from hf_tlaser.evaluation.readers import LANGS, is_spec
-from hf_tlaser.evaluation.report import about_table, english_table, summary_table
+from hf_tlaser.evaluation.readers import LANGS, LANGUAGE_LISTS, is_spec
+from hf_tlaser.evaluation.report import MANY_LANGUAGES, about_table, english_summary, english_table, summary_table
 from hf_tlaser.evaluation.suite import (
+    DIRECTIONS,
     EVALUATION_LANGS,
+    FULL_MATRIX_LANGUAGES,
     RETRIEVAL_SETS,
     SUITES,
     Reference,
@@ -79,10 +81,17 @@ def reference_rows(
 
 def summarize(results: dict) -> str:
     """What was evaluated, the one results table (model, random init, lexical baseline, majority class) and, for
-    each retrieval set with English, its error to and from English per language, as markdown: what ``hf-tlaser
-    evaluate`` prints."""
+    each retrieval set with English, its error to and from English per language (over more than ``MANY_LANGUAGES``
+    languages: the mean, the worst five and how many languages are worse than each reference row), as markdown: what
+    ``hf-tlaser evaluate`` prints."""
     sets = ((results.get("retrieval") or {}).get("matrices")) or {}
-    per_language = [table for name in sets if (table := english_table(results, name)) is not None]
+    per_language = []
+    for name, by_margin in sets.items():
+        langs = (by_margin.get("absolute") or next(iter(by_margin.values()), {})).get("langs") or []
+        many = len(langs) - 1 > MANY_LANGUAGES
+        table = english_summary(results, name) if many else english_table(results, name)
+        if table is not None:
+            per_language.append(table)
     return "\n\n".join([about_table(results.get("evaluated") or {}), summary_table(results), *per_language])
 
 
@@ -106,6 +115,7 @@ def evaluate_model(
     reference_prompt: str | None = AUTO,
     cache_dir: str | os.PathLike | None = None,
     backend: str = "torch",
+    directions: str = "auto",
 ) -> dict:
     """Encode with the model of ``model_dir`` and run ``suites``; returns the results dict (also on disk).
 
@@ -115,7 +125,10 @@ def evaluate_model(
     two of the evaluated languages; a set may also be a corpus spec of aligned text (``files:de=a:en=b``, ``hf:...``).
     ``suites`` may hold user classification datasets (``hf:...``, see ``read_classification_spec``). ``languages``:
     the evaluated languages (default: the paper's five and every language the model was trained on, recorded in its
-    config as ``training_languages``); every set is evaluated on the ones it has.
+    config as ``training_languages``); every set is evaluated on the ones it has (flores-devtest: every language with
+    a FLORES-200 file, by ISO 639-1 code or FLORES code such as ``swh_Latn``). ``directions`` (``auto``, ``all``,
+    ``english``): the xsim directions of multi-way sets (auto: every pair up to ten languages, to and from English
+    beyond); xed-dev (en-X pairs) is scored to and from English.
 
     A bilingual cNV model is evaluated on its own two languages only (``UsageError`` unless both are evaluation
     languages; a named retrieval set without both is one too), each text through the encoder of its language;
@@ -192,6 +205,7 @@ def evaluate_model(
         title=f"{Path(model_dir).name}: evaluation",
         references=rows,
         about=about,
+        directions=directions,
     )
 
 
@@ -203,9 +217,30 @@ def _suite(value: str) -> str:
     raise argparse.ArgumentTypeError(f"invalid choice: {value!r} (choose from {choices}); or hf:FOLDER_OR_ID")
 
 
+def expand_languages(value: str) -> list[str]:
+    """``--languages``: comma-separated codes and names of ``LANGUAGE_LISTS`` (``e5``, ``ten``), expanded in order;
+    a code that a list and another item share is kept once (where it first comes). ValueError on a bad code, a code
+    given twice by hand, or nothing."""
+    out: list[str] = []
+    by_hand: list[str] = []
+    for item in (part.strip() for part in value.split(",") if part.strip()):
+        if item in LANGUAGE_LISTS:
+            codes = list(LANGUAGE_LISTS[item])
+        else:
+            code = normalize_language(item)
+            if code in by_hand:
+                raise ValueError(f"language {code!r} given twice")
+            by_hand.append(code)
+            codes = [code]
+        out += [lang for lang in codes if lang not in out]
+    if not out:
+        raise ValueError("no language given")
+    return out
+
+
 def _languages(value: str) -> list[str]:
     try:
-        return parse_languages(value, "language")
+        return expand_languages(value)
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
 
@@ -238,8 +273,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--languages",
         type=_languages,
         metavar="LANGS",
-        help="evaluated languages, comma-separated codes (default: the paper's five and every language the model was "
-        "trained on, from its config); each set uses the ones it has",
+        help="evaluated languages, comma-separated codes or named lists: "
+        f"{', '.join(LANGUAGE_LISTS)} (e5: the 93 languages of multilingual-e5-small's model card; ten: NTREX-128's); "
+        "flores-devtest takes every language with a FLORES-200 file, as an ISO 639-1 code (sw) or a FLORES-200 code "
+        "(swh_Latn) (default: the paper's five and every language the model was trained on, from its config); each "
+        "set uses the ones it has",
+    )
+    parser.add_argument(
+        "--directions",
+        choices=DIRECTIONS,
+        default="auto",
+        help="xsim directions of the multi-way retrieval sets: all ordered language pairs, or english (to and from "
+        f"English only, one search per direction); auto: all up to {FULL_MATRIX_LANGUAGES} languages, english beyond; "
+        "over many languages the printed summary gives the mean, the worst five languages and how many are worse "
+        "than each reference row. xed-dev (en-X pairs) is always scored to and from English (default: %(default)s)",
     )
     parser.add_argument("--output-dir", help="where to write (default: MODEL_DIR/eval)")
     parser.add_argument("--data-dir", help="corpora folder (default: $HF_TLASER_DATA, else ../shared/data)")
@@ -329,6 +376,7 @@ def main(argv: list[str] | None = None) -> int:
             reference_prompt=args.reference_prompt,
             cache_dir=args.cache_dir,
             backend=args.backend,
+            directions=args.directions,
         )
         print(summarize(results))
         return 0

@@ -1,23 +1,38 @@
-"""Readers for the evaluation corpora in the shared data folder (ISO 639-1 language codes in the API).
+"""Readers for the evaluation corpora in the shared data folder (ISO 639-1 language codes in the API; FLORES-200
+codes such as ``swh_Latn`` too for flores-devtest).
 
 Classification readers return ``{lang: {"train"|"dev"|"test": LabeledSplit}}``; multi-way retrieval readers
-return ``{lang: [sentences]}`` aligned line by line. Lines come from :func:`hf_tlaser.data.readers.iter_lines`
-(split on ``"\\n"`` only, trailing ``"\\r"`` of CRLF files removed).
+return ``{lang: [sentences]}`` aligned line by line, the en-X pair set ``xed-dev`` a :class:`PivotPairs`. Lines
+come from :func:`hf_tlaser.data.readers.iter_lines` (split on ``"\\n"`` only, trailing ``"\\r"`` of CRLF files
+removed).
 """
 
 from __future__ import annotations
 
 import csv
+import hashlib
 import logging
 import os
 import re
+import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import datasets
 
-from hf_tlaser.data.corpora import NTREX_FILES, NTREX_LANGUAGES, resolve_corpora
+from hf_tlaser.data.corpora import (
+    FLORES_CODES,
+    NTREX_FILES,
+    NTREX_LANGUAGES,
+    XED_DEV_FILMS,
+    XED_DEV_LANGUAGES,
+    XED_DEV_TARGET,
+    flores_file,
+    is_flores_language,
+    resolve_corpora,
+    xed_pairs,
+)
 from hf_tlaser.data.languages import ISO639_3, looks_like_language, normalize_language
 from hf_tlaser.data.paths import get_data_dir
 from hf_tlaser.data.readers import iter_lines
@@ -164,10 +179,25 @@ def read_ntrex128(
 def read_flores_devtest(
     data_dir: str | os.PathLike | None = None, langs: Sequence[str] | None = LANGS
 ) -> dict[str, list[str]]:
-    """FLORES-200 devtest (1,012 sentences). Overlaps SIB-200."""
+    """FLORES-200 devtest (1,012 sentences, 204 language varieties). Overlaps SIB-200.
+
+    ``langs``: ISO 639-1 codes with a FLORES-200 variety (``FLORES_CODES``: the ten as before, ``sw``, ``ar``...) or
+    FLORES-200 codes (``swh_Latn``), as keys of the result (None: the paper's five). MissingDataError naming a code
+    without a file."""
     root = corpus_folder(data_dir, "flores-devtest")
-    langs = _check_langs(langs, LANGS, "flores-devtest")
-    return _aligned({lang: _lines(root / f"{_FLORES[lang]}.devtest") for lang in langs}, "flores-devtest")
+    langs = list(LANGS if langs is None else langs)
+    unknown = [lang for lang in langs if not is_flores_language(lang)]
+    if unknown:
+        raise ValueError(
+            f"unknown language(s) {unknown} for flores-devtest; available: ISO 639-1 codes with a FLORES-200 variety "
+            f"({', '.join(FLORES_CODES)}) or FLORES-200 codes (e.g. swh_Latn)"
+        )
+    read: dict[Path, list[str]] = {}  # a file named by two codes (sw, swh_Latn) is read once
+    for lang in langs:
+        path = flores_file(root, lang)
+        if path not in read:
+            read[path] = _lines(path)
+    return _aligned({lang: read[flores_file(root, lang)] for lang in langs}, "flores-devtest")
 
 
 def read_tico19(
@@ -186,13 +216,114 @@ def read_ud_pud(data_dir: str | os.PathLike | None = None, langs: Sequence[str] 
     return _aligned({lang: _lines(root / f"pud.{lang}.txt") for lang in langs}, "ud-pud")
 
 
-RETRIEVAL_SETS: dict[str, tuple[Callable[..., dict[str, list[str]]], tuple[str, ...]]] = {
+# --- en-X pair sets ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class PivotPairs:
+    """A retrieval set of pairs with one pivot language, not aligned across languages: ``pairs[lang] = (pivot side,
+    lang side)``, row i of one translating row i of the other (texts when read, embeddings once embedded). Scored to
+    and from the pivot only."""
+
+    pivot: str
+    pairs: dict[str, tuple]
+
+    @property
+    def languages(self) -> list[str]:
+        """The pivot, then the paired languages."""
+        return [self.pivot, *self.pairs]
+
+    def sizes(self) -> dict[str, int]:
+        """Pairs per language."""
+        return {lang: len(side) if isinstance(side, list) else side.shape[0] for lang, (side, _) in self.pairs.items()}
+
+
+def _dedup_key(text: str) -> str:
+    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
+
+
+def _pair_rank(lang: str, english: str, other: str) -> bytes:
+    return hashlib.blake2b(f"{lang}\t{english}\t{other}".encode(), digest_size=8).digest()
+
+
+def xed_dev_pairs(
+    lang: str, data_dir: str | os.PathLike | None = None, size: int = XED_DEV_TARGET
+) -> tuple[list[str], list[str]]:
+    """``(english, lang)`` sentences of the conversational dev split of ``lang`` (one of ``XED_DEV_LANGUAGES``).
+
+    The rows of the dev films (``XED_DEV_FILMS``) in file order; a pair with an empty side, with both sides equal, or
+    whose English or ``lang`` side repeats a kept pair's (NFKC, case-folded, spaces collapsed) is dropped, so every
+    target of the retrieval is unique; of the rest, the ``size`` pairs of lowest BLAKE2b(lang, english, lang text)
+    are kept, in file order (every pair where fewer are left)."""
+    films = set(XED_DEV_FILMS)
+    seen_en: set[str] = set()
+    seen_x: set[str] = set()
+    kept = []
+    for english, other, doc in xed_pairs(lang, data_dir):
+        if doc not in films or not english or not other:
+            continue
+        key_en, key_x = _dedup_key(english), _dedup_key(other)
+        if key_en == key_x or key_en in seen_en or key_x in seen_x:
+            continue
+        seen_en.add(key_en)
+        seen_x.add(key_x)
+        kept.append((english, other))
+    if len(kept) > size:
+        chosen = set(sorted(range(len(kept)), key=lambda i: _pair_rank(lang, *kept[i]))[:size])
+        kept = [pair for i, pair in enumerate(kept) if i in chosen]
+    return [english for english, _ in kept], [other for _, other in kept]
+
+
+def read_xed_dev(
+    data_dir: str | os.PathLike | None = None, langs: Sequence[str] | None = ("en", *XED_DEV_LANGUAGES)
+) -> PivotPairs:
+    """The conversational dev set: en-X OpenSubtitles pairs of the dev films (never in the ``xed``/``xed-more``
+    training corpora), at most 500 per language (``xed_dev_pairs``), for the languages of ``langs`` among
+    ``XED_DEV_LANGUAGES`` (English must be one of ``langs``)."""
+    available = ("en", *XED_DEV_LANGUAGES)
+    langs = _check_langs(langs, available, "xed-dev")
+    if "en" not in langs:
+        raise ValueError("xed-dev pairs every language with English: include en")
+    return PivotPairs("en", {lang: xed_dev_pairs(lang, data_dir) for lang in langs if lang != "en"})
+
+
+RETRIEVAL_SETS: dict[str, tuple[Callable[..., dict[str, list[str]] | PivotPairs], tuple[str, ...]]] = {
     "ntrex128": (read_ntrex128, NTREX_LANGUAGES),
-    "flores-devtest": (read_flores_devtest, LANGS),
+    "flores-devtest": (read_flores_devtest, NTREX_LANGUAGES),
     "tico19-test": (read_tico19, ("en", "es", "fr")),
     "ud-pud": (read_ud_pud, LANGS),
+    "xed-dev": (read_xed_dev, ("en", *XED_DEV_LANGUAGES)),
 }
-"""Multi-way sets: name -> (reader, available languages)."""
+"""Registered sets: name -> (reader, languages). Multi-way sets return ``{lang: lines}`` aligned across languages;
+``xed-dev`` returns en-X pairs (:class:`PivotPairs`). flores-devtest takes any language of ``OPEN_SETS`` too."""
+OPEN_SETS: dict[str, Callable[[str], bool]] = {"flores-devtest": is_flores_language}
+"""Sets that take languages beyond their listed ones: name -> whether a code can name one of its files."""
+PIVOT_SETS: dict[str, str] = {"xed-dev": "en"}
+"""Sets of pairs with one pivot language (:class:`PivotPairs`): name -> the pivot, without which they are not read."""
+LANGUAGE_LISTS: dict[str, tuple[str, ...]] = {
+    "e5": tuple(
+        "af am ar as az be bg bn br bs ca cs cy da de el en eo es et eu fa fi fr fy ga gd gl gu ha he hi hr hu hy "
+        "id is it ja jv ka kk km kn ko ku ky la lo lt lv mg mk ml mn mr ms my ne nl no om or pa pl ps pt ro ru sa "
+        "sd si sk sl so sq sr su sv sw ta te th tl tr ug uk ur uz vi xh yi zh".split()
+    ),
+    "ten": ("en", "de", "es", "fr", "it", "cs", "ru", "zh", "tr", "fi"),
+}
+"""Named language lists of ``hf-tlaser evaluate --languages``: ``e5`` = the 93 languages of multilingual-e5-small's
+model card (the ``language:`` list of intfloat/multilingual-e5-small's README, XLM-R's languages; the copy in the data
+dir does not repeat it), of which br, fy and la have no FLORES-200 file; ``ten`` = the ten of NTREX-128."""
+
+
+def set_languages(name: str, langs: Sequence[str]) -> list[str]:
+    """The languages of ``langs`` that registered set ``name`` has (in the order of ``langs``); none when it has
+    fewer than two, or (a pivot set) lacks the pivot."""
+    listed = RETRIEVAL_SETS[name][1]
+    accepts = OPEN_SETS.get(name)
+    here = [lang for lang in langs if lang in listed or (accepts is not None and accepts(lang))]
+    pivot = PIVOT_SETS.get(name)
+    if len(here) < 2 or (pivot is not None and pivot not in here):
+        return []
+    return here
+
 
 CLASSIFICATION_SETS: dict[str, Callable[..., ClassificationData]] = {"sib200": read_sib200, "umsab": read_umsab}
 """Classification sets in the shared data folder (MLDoc needs its own folder: :func:`read_mldoc`)."""

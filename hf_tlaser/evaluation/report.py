@@ -7,6 +7,8 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
+
 
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence], float_format: str = "{:.2f}") -> str:
     """A GitHub-flavoured markdown table; floats are formatted with ``float_format``."""
@@ -45,6 +47,13 @@ def write_report(path: str | os.PathLike, title: str, sections: Sequence[tuple[s
 # --- tables from a results.json dict (the evaluation report and the model card) --------------------------------
 
 SUMMARY_KEYS = ("cross", "same", "all")
+CROSS_PREFIX = "cross-model: "
+"""Key prefix of a cross-model row in ``results["references"]`` (``cross-model: NAME`` for reference NAME)."""
+MANY_LANGUAGES = 10
+"""Above this many languages besides English, ``hf-tlaser evaluate`` prints :func:`english_summary` (mean, worst five,
+languages worse than each reference) instead of one row per language."""
+WORST = 5
+"""How many of the weakest languages :func:`english_summary` names."""
 ABOUT_FIELDS = {
     "path": "model folder",
     "model": "model",
@@ -163,8 +172,83 @@ def pair_table(results: dict, name: str, margin: str) -> str:
         for j, target in enumerate(langs):
             if i != j:
                 cells = [m["xsim"][i][j] if m else None for m in matrices]
+                if all(v is None for v in cells):  # a direction no row searched (to and from English only)
+                    continue
                 table.append([f"{query} → {target}", *("-" if v is None else float(v) for v in cells)])
     return markdown_table(["pair", *(label for label, _ in rows)], table)
+
+
+def retrieval_directions(results: dict, name: str) -> str:
+    """``all`` or ``english`` (searched to and from English only) for retrieval set ``name`` of ``results``; results
+    written before the field existed searched every pair."""
+    return ((results.get("retrieval") or {}).get("directions") or {}).get(name, "all")
+
+
+def english_cells(langs: Sequence[str], matrix, pivot: str = "en") -> tuple[list[str], np.ndarray]:
+    """``(languages other than pivot, cells)`` with ``cells[i] = (xx → pivot, pivot → xx)`` xsim errors of an xsim
+    matrix (numpy, or a results.json list of lists with null cells: NaN)."""
+    values = np.array([[np.nan if v is None else v for v in row] for row in matrix], dtype=float)
+    p = list(langs).index(pivot)
+    others = [i for i in range(len(langs)) if i != p]
+    return [langs[i] for i in others], np.array([[values[i, p], values[p, i]] for i in others]).reshape(-1, 2)
+
+
+def _english_scores(matrix: dict | None) -> dict[str, tuple[float, float]]:
+    """``{lang: (xx → en, en → xx)}`` of a ``{"langs", "xsim"}`` entry, languages with both directions only."""
+    if not matrix or "en" not in (matrix.get("langs") or []):
+        return {}
+    langs, cells = english_cells(matrix["langs"], matrix["xsim"])
+    return {lang: (float(a), float(b)) for lang, (a, b) in zip(langs, cells) if np.isfinite(a) and np.isfinite(b)}
+
+
+def english_summary(results: dict, name: str, margin: str = "absolute", worst: int = WORST) -> str | None:
+    """xsim error % of retrieval set ``name`` to and from English over many languages, one row per row of
+    :func:`summary_table`: the mean xx → en, en → xx and of both, the ``worst`` weakest languages (mean of both
+    directions) and, for every reference row, the languages where the evaluated model's error (mean of both
+    directions) is higher than that row's, and higher by more than 1 point. None when the set has no English."""
+    entries = [("model", (results.get("evaluated") or {}).get("label") or "model", results)]
+    entries += [(key, ref.get("label") or key, ref) for key, ref in (results.get("references") or {}).items()]
+    scores = [
+        (key, label, _english_scores(((entry.get("retrieval") or {}).get("matrices") or {}).get(name, {}).get(margin)))
+        for key, label, entry in entries
+    ]
+    model = scores[0][2]
+    if not model:
+        return None
+    both = {lang: (a + b) / 2 for lang, (a, b) in model.items()}
+    table = []
+    for key, label, by_lang in scores:
+        if not by_lang:
+            continue
+        means = {lang: (a + b) / 2 for lang, (a, b) in by_lang.items()}
+        weakest = sorted(means, key=lambda lang: (-means[lang], lang))[:worst]
+        cells: list[object] = [
+            label,
+            len(by_lang),
+            sum(a for a, _ in by_lang.values()) / len(by_lang),
+            sum(b for _, b in by_lang.values()) / len(by_lang),
+            sum(means.values()) / len(means),
+            ", ".join(f"{lang} {means[lang]:.1f}" for lang in weakest),
+        ]
+        if key == "model" or key.startswith(CROSS_PREFIX):
+            cells += ["-", "-"]
+        else:
+            shared = [lang for lang in both if lang in means]
+            worse = [lang for lang in shared if both[lang] > means[lang]]
+            cells += [f"{len(worse)} of {len(shared)}", sum(both[lang] > means[lang] + 1.0 for lang in shared)]
+        table.append(cells)
+    label = scores[0][1]
+    headers = [
+        f"{name} ({margin}), to and from English",
+        "languages",
+        "xx → en mean",
+        "en → xx mean",
+        "mean",
+        f"worst {worst} (mean of both directions)",
+        f"languages where {label} is worse",
+        "worse by > 1 point",
+    ]
+    return markdown_table(headers, table)
 
 
 def english_table(results: dict, name: str, margin: str = "absolute") -> str | None:

@@ -106,12 +106,16 @@ class AlignedSearch:
         found = self.candidates(a, b, margin)[0].best()[0]
         return 100.0 - float(100.0 * np.mean(found == np.arange(self.size)))
 
-    def matrix(self, margin: str = "ratio") -> np.ndarray:
-        """``matrix[i, j]``: xsim error (%) searching ``langs[j]`` for ``langs[i]`` queries; NaN diagonal."""
+    def matrix(self, margin: str = "ratio", pivot: str | None = None) -> np.ndarray:
+        """``matrix[i, j]``: xsim error (%) searching ``langs[j]`` for ``langs[i]`` queries; NaN diagonal. With
+        ``pivot`` only the directions to and from it are searched (2 (n - 1) searches instead of n (n - 1)), the other
+        cells are NaN."""
+        if pivot is not None and pivot not in self.langs:
+            raise ValueError(f"pivot {pivot!r} is not one of the languages {self.langs}")
         matrix = np.full((len(self.langs), len(self.langs)), np.nan)
         for i, a in enumerate(self.langs):
             for j, b in enumerate(self.langs):
-                if i != j:
+                if i != j and (pivot is None or pivot in (a, b)):
                     matrix[i, j] = self.xsim(a, b, margin)
         return matrix
 

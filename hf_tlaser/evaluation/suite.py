@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -33,24 +34,47 @@ from .readers import (
     CLASSIFICATION_LANGS,
     CLASSIFICATION_SETS,
     LANGS,
+    OPEN_SETS,
+    PIVOT_SETS,
     RETRIEVAL_SETS,
     ClassificationData,
+    PivotPairs,
     corpus_folder,
     is_spec,
     read_classification_spec,
     read_mldoc,
     read_retrieval_spec,
+    set_languages,
 )
-from .report import about_table, markdown_table, pair_table, summary_table, write_report
+from .report import (
+    CROSS_PREFIX,
+    about_table,
+    english_cells,
+    english_summary,
+    english_table,
+    markdown_table,
+    pair_table,
+    retrieval_directions,
+    summary_table,
+    write_report,
+)
 from .retrieval import AlignedSearch
+
+logger = logging.getLogger(__name__)
 
 Embed = Callable[..., np.ndarray]
 """``embed(texts) -> (n, dim)``; with a true ``per_language`` attribute ``embed(texts, langs=[lang of each text])``."""
 SUITES = ("retrieval", "sib200", "umsab", "mldoc")
 EVALUATION_LANGS: tuple[str, ...] = tuple(sorted({lang for _, langs in RETRIEVAL_SETS.values() for lang in langs}))
 """Every language of the registered retrieval sets."""
-CROSS_PREFIX = "cross-model: "
-"""Key prefix of a cross-model row in ``results["references"]`` (``cross-model: NAME`` for reference NAME)."""
+DIRECTIONS = ("auto", "all", "english")
+"""Which xsim directions of a multi-way set are searched: every ordered pair, or to and from English only; ``auto``:
+every pair up to ``FULL_MATRIX_LANGUAGES`` languages, to and from English beyond. A set of en-X pairs (xed-dev) is
+always scored to and from English."""
+FULL_MATRIX_LANGUAGES = 10
+"""``auto`` directions: the most languages a multi-way set is scored on every ordered pair for (NTREX-128's ten: 90
+directions); a larger one (FLORES-200 over many languages) is scored to and from English, 2 (n - 1) directions."""
+PIVOT = "en"
 DOCUMENT_SETS = ("mldoc",)
 """Classification sets whose texts are documents (embedded with the embedder's ``embed_documents``)."""
 
@@ -65,21 +89,37 @@ class RetrievalResult:
     matrices: dict[str, dict[str, tuple[list[str], np.ndarray]]] = field(default_factory=dict)
     sizes: dict[str, int] = field(default_factory=dict)
     mining: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
+    directions: dict[str, str] = field(default_factory=dict)
+    """``all`` (every ordered pair) or ``english`` (to and from English only, the other cells NaN) per set"""
+    pair_sizes: dict[str, dict[str, int]] = field(default_factory=dict)
+    """pairs per language of the en-X pair sets (their ``sizes`` entry is the total)"""
 
     def average(self, dataset: str, margin: str) -> float:
-        """Mean xsim error over all ordered language pairs."""
+        """Mean xsim error over the searched ordered language pairs."""
         return float(np.nanmean(self.matrices[dataset][margin][1]))
 
+    def _size(self, name: str) -> str:
+        if name in self.pair_sizes:
+            return "en-X pairs: " + ", ".join(f"{lang} {n}" for lang, n in self.pair_sizes[name].items())
+        return f"{self.sizes[name]} sentences"
+
     def to_markdown(self) -> str:
-        """One table per set and margin, the mining F1 per pair, then a summary table of averages."""
+        """One table per set and margin (to and from English: one row per language), the mining F1 per pair, then a
+        summary table of averages."""
         parts = []
         for name, by_margin in self.matrices.items():
             for margin, (langs, matrix) in by_margin.items():
+                title = f"**{name}** ({self._size(name)}), xsim error %, margin={margin}, k={self.k}"
+                if self.directions.get(name) == "english":
+                    others, cells = english_cells(langs, matrix)
+                    rows = [[lang, *map(float, cells[i])] for i, lang in enumerate(others)]
+                    parts += [title, markdown_table(["language", "xx → en", "en → xx"], rows), ""]
+                    continue
                 rows = [
                     [a, *("-" if i == j else float(matrix[i, j]) for j in range(len(langs)))]
                     for i, a in enumerate(langs)
                 ]
-                parts.append(f"**{name}** ({self.sizes[name]} sentences), xsim error %, margin={margin}, k={self.k}")
+                parts.append(title)
                 parts.append(markdown_table(["query \\ target", *langs], rows))
                 parts.append("")
             if self.mining.get(name):
@@ -97,6 +137,8 @@ class RetrievalResult:
         return {
             "k": self.k,
             "sizes": self.sizes,
+            "directions": self.directions,
+            "pair_sizes": self.pair_sizes,
             "matrices": {
                 name: {
                     m: {"langs": langs, "xsim": [[None if np.isnan(v) else float(v) for v in r] for r in mat]}
@@ -156,55 +198,123 @@ def _check_retrieval_sets(sets: Sequence[str]) -> None:
         )
 
 
-def read_retrieval(name: str, data_dir: str | os.PathLike | None, langs: Sequence[str]) -> dict[str, dict]:
-    """``{set: {lang: lines}}`` of a registered set or a user spec, over its languages of ``langs`` (none when it has
-    fewer than two of them)."""
+def read_retrieval(
+    name: str, data_dir: str | os.PathLike | None, langs: Sequence[str]
+) -> dict[str, dict[str, list[str]] | PivotPairs]:
+    """``{set: {lang: lines}}`` (``{set: PivotPairs}`` for a set of en-X pairs) of a registered set or a user spec,
+    over its languages of ``langs`` (none when it has fewer than two of them, or a pair set lacks English)."""
     if is_spec(name):
         return read_retrieval_spec(name, langs)
-    reader, available = RETRIEVAL_SETS[name]
-    here = [lang for lang in langs if lang in available]
-    return {name: reader(data_dir, here)} if len(here) >= 2 else {}
+    reader = RETRIEVAL_SETS[name][0]
+    here = set_languages(name, langs)
+    if here and name in OPEN_SETS:
+        left_out = [lang for lang in langs if lang not in here]
+        if left_out:
+            logger.info("%s: %d of the languages have no file here (left out): %s", name, len(left_out), left_out)
+    return {name: reader(data_dir, here)} if here else {}
 
 
 def read_retrieval_sets(
     data_dir: str | os.PathLike | None, sets: Sequence[str], langs: Sequence[str]
-) -> dict[str, dict[str, list[str]]]:
-    """``{set: {lang: lines}}`` of every set (registered or user spec) over its languages of ``langs``."""
+) -> dict[str, dict[str, list[str]] | PivotPairs]:
+    """``{set: {lang: lines}}`` (or ``PivotPairs``) of every set (registered or user spec) over its languages of
+    ``langs``."""
     _check_retrieval_sets(sets)
     return {set_name: texts for name in sets for set_name, texts in read_retrieval(name, data_dir, langs).items()}
 
 
-def embed_retrieval(embed: Embed, texts: Mapping[str, Mapping[str, list[str]]]) -> dict[str, dict]:
-    """``{set: {lang: embeddings}}``: ``embed`` called once per set with the sentences of all its languages."""
-    out: dict[str, dict] = {}
+def embed_retrieval(embed: Embed, texts: Mapping[str, Mapping[str, list[str]] | PivotPairs]) -> dict[str, object]:
+    """``{set: {lang: embeddings}}`` (``PivotPairs`` of embeddings for a set of en-X pairs): ``embed`` called once
+    per set with the sentences of all its languages (each language of a multi-way set, English included, once)."""
+    out: dict[str, object] = {}
     for set_name, by_lang in texts.items():
-        flat = [(lang, t) for lang, lines in by_lang.items() for t in lines]
-        emb = embed_texts(embed, [t for _, t in flat], langs=[lang for lang, _ in flat])
-        out[set_name] = dict(zip(by_lang, _split_rows(emb, [len(lines) for lines in by_lang.values()])))
+        if isinstance(by_lang, PivotPairs):
+            pivot = by_lang.pivot
+            sides = [(tag, side) for other, pair in by_lang.pairs.items() for tag, side in zip((pivot, other), pair)]
+        else:
+            sides = list(by_lang.items())
+        emb = embed_texts(
+            embed, [t for _, lines in sides for t in lines], langs=[lang for lang, lines in sides for _ in lines]
+        )
+        parts = _split_rows(emb, [len(lines) for _, lines in sides])
+        if isinstance(by_lang, PivotPairs):
+            pairs = {lang: (parts[2 * i], parts[2 * i + 1]) for i, lang in enumerate(by_lang.pairs)}
+            out[set_name] = PivotPairs(by_lang.pivot, pairs)
+        else:
+            out[set_name] = dict(zip(by_lang, parts))
     return out
 
 
+def _english_only(name: str, langs: Sequence[str], directions: str) -> bool:
+    """Whether a multi-way set is scored to and from English only (``DIRECTIONS``); UsageError when that needs an
+    English it lacks."""
+    if directions not in DIRECTIONS:
+        raise UsageError(f"unknown directions {directions!r}; valid: {', '.join(DIRECTIONS)}")
+    english = directions == "english" or (directions == "auto" and len(langs) > FULL_MATRIX_LANGUAGES)
+    if english and PIVOT not in langs:
+        raise UsageError(
+            f"retrieval set {name}: {len(langs)} languages without English; xsim to and from English needs en among "
+            f"the evaluated languages (or --directions all)"
+        )
+    return english
+
+
+def _score_pairs(
+    name: str, pairs: PivotPairs, margins: Sequence[str], k: int, backend: Backend, other: PivotPairs | None
+) -> tuple[list[str], dict[str, np.ndarray], dict[str, dict[str, float]]]:
+    """The to/from-pivot cells of every language of a set of en-X pairs (one search per language: its own pivot
+    side), and the mining F1 of each pair (none with ``other``, a cross-model search)."""
+    langs = pairs.languages
+    matrices = {m: np.full((len(langs), len(langs)), np.nan) for m in margins}
+    mining = {}
+    for j, (lang, (pivot_side, side)) in enumerate(pairs.pairs.items(), start=1):
+        targets = None if other is None else dict(zip((pairs.pivot, lang), other.pairs[lang]))
+        search = AlignedSearch({pairs.pivot: pivot_side, lang: side}, k, backend, targets, name)
+        for m in margins:
+            matrices[m][j, 0] = search.xsim(lang, pairs.pivot, m)
+            matrices[m][0, j] = search.xsim(pairs.pivot, lang, m)
+        if other is None:
+            mining[f"{pairs.pivot}-{lang}"] = candidates_f1(*search.candidates(pairs.pivot, lang, "ratio"))
+    return langs, matrices, mining
+
+
 def score_retrieval(
-    embs: Mapping[str, Mapping[str, object]],
+    embs: Mapping[str, object],
     margins: Sequence[str] = ("absolute", "ratio"),
     k: int = 4,
     backend: Backend = "auto",
-    targets: Mapping[str, Mapping[str, object]] | None = None,
+    targets: Mapping[str, object] | None = None,
+    directions: str = "auto",
 ) -> RetrievalResult:
     """xsim matrices and mining F1 of embedded sets (:func:`embed_retrieval`). With ``targets`` (the same sets
     embedded by another embedder) the queries of ``embs`` search the targets of ``targets`` (a cross-model matrix;
-    no mining)."""
+    no mining). ``directions`` (``DIRECTIONS``) chooses the searched directions of multi-way sets; a set of en-X
+    pairs is scored to and from English, each language against its own English side. Unsearched cells are NaN."""
     result = RetrievalResult(k=k)
     for set_name, by_lang in embs.items():
         other = None if targets is None else targets[set_name]
+        if isinstance(by_lang, PivotPairs):
+            langs, matrices, mining = _score_pairs(set_name, by_lang, margins, k, backend, other)
+            result.pair_sizes[set_name] = by_lang.sizes()
+            result.sizes[set_name] = sum(result.pair_sizes[set_name].values())
+            result.directions[set_name] = "english"
+            result.matrices[set_name] = {m: (langs, matrices[m]) for m in margins}
+            if other is None:
+                result.mining[set_name] = mining
+            continue
+        langs = list(by_lang)
+        english = _english_only(set_name, langs, directions)
+        result.directions[set_name] = "english" if english else "all"
         result.sizes[set_name] = next(iter(by_lang.values())).shape[0]
         search = AlignedSearch(by_lang, k, backend, other)  # every kNN list computed once, for all margins
-        result.matrices[set_name] = {m: (list(search.langs), search.matrix(m)) for m in margins}
+        pivot = PIVOT if english else None
+        result.matrices[set_name] = {m: (list(search.langs), search.matrix(m, pivot)) for m in margins}
         if other is None:
             result.mining[set_name] = {
                 f"{a}-{b}": candidates_f1(*search.candidates(a, b, "ratio"))
-                for i, a in enumerate(by_lang)
-                for b in list(by_lang)[i + 1 :]
+                for i, a in enumerate(langs)
+                for b in langs[i + 1 :]
+                if not english or PIVOT in (a, b)
             }
     return result
 
@@ -217,19 +327,27 @@ def evaluate_retrieval(
     margins: Sequence[str] = ("absolute", "ratio"),
     k: int = 4,
     backend: Backend = "auto",
+    directions: str = "auto",
 ) -> RetrievalResult:
-    """xsim matrices and mining F1 on multi-way sets, registered (NTREX-128: 10 languages, TICO-19: en/es/fr ...) or
-    user specs (aligned files); each set uses the languages of ``langs`` it has.
+    """xsim matrices and mining F1 on registered sets (NTREX-128: 10 languages, TICO-19: en/es/fr, FLORES-200: any
+    of its languages, xed-dev: en-X pairs ...) or user specs (aligned files); each set uses the languages of ``langs``
+    it has. ``directions``: see ``score_retrieval``.
 
     ``embed`` is called once per set with the sentences of all its languages.
     """
     texts = read_retrieval_sets(data_dir, sets, langs)
-    return score_retrieval(embed_retrieval(embed, texts), margins, k, backend)
+    return score_retrieval(embed_retrieval(embed, texts), margins, k, backend, directions=directions)
 
 
-def same_space(a: Mapping[str, Mapping[str, object]], b: Mapping[str, Mapping[str, object]]) -> bool:
+def _first_matrix(by_lang: object) -> object:
+    if isinstance(by_lang, PivotPairs):
+        return next(iter(by_lang.pairs.values()))[0]
+    return next(iter(by_lang.values()))
+
+
+def same_space(a: Mapping[str, object], b: Mapping[str, object]) -> bool:
     """Whether two embeddings of the same sets are dense vectors of one width (a cross-model search makes sense)."""
-    first = [next(iter(by_lang.values())) for by_lang in (*a.values(), *b.values())]
+    first = [_first_matrix(by_lang) for by_lang in (*a.values(), *b.values())]
     return bool(first) and not any(sparse.issparse(e) for e in first) and len({e.shape[1] for e in first}) == 1
 
 
@@ -249,17 +367,16 @@ def retrieval_sets_for(langs: Sequence[str], sets: Sequence[str] | None = None) 
     """The retrieval ``sets`` (None: every registered set) that have at least two of ``langs``; a named registered
     set with fewer is a ``UsageError`` (a user spec is checked when read)."""
     if sets is None:
-        return tuple(name for name, (_, have) in RETRIEVAL_SETS.items() if len(set(langs) & set(have)) >= 2)
+        return tuple(name for name in RETRIEVAL_SETS if set_languages(name, langs))
     _check_retrieval_sets(sets)
     for name in sets:
-        if is_spec(name):
+        if is_spec(name) or set_languages(name, langs):
             continue
-        have = RETRIEVAL_SETS[name][1]
-        if len(set(langs) & set(have)) < 2:
-            raise UsageError(
-                f"retrieval set {name} has {', '.join(have)}; it shares fewer than two languages with the evaluated "
-                f"{', '.join(langs)}: leave it out"
-            )
+        have = ", ".join(RETRIEVAL_SETS[name][1]) + (" and every FLORES-200 language" if name in OPEN_SETS else "")
+        need = "English and one other of its languages" if name in PIVOT_SETS else "two of its languages"
+        raise UsageError(
+            f"retrieval set {name} has {have}; the evaluated {', '.join(langs)} do not include {need}: leave it out"
+        )
     return tuple(sets)
 
 
@@ -384,6 +501,7 @@ def run_suite(
     title: str = "hf_tlaser evaluation",
     references: Mapping[str, Reference] | None = None,
     about: Mapping[str, object] | None = None,
+    directions: str = "auto",
 ) -> dict:
     """Run suites, write ``report.md``, ``results.json`` and PNG plots to ``output_dir``; return the results.
 
@@ -392,7 +510,8 @@ def run_suite(
     classification results also carry the majority-class rate. ``about`` (what was evaluated: path, model,
     precision...) heads the report and is stored as ``results["evaluated"]`` (its ``label`` names the main row).
     ``projection`` (``tsne``/``pca``/None) plots the test embeddings of each classification set by language and
-    class. ``trainer_state`` adds training curves from a Trainer ``trainer_state.json``.
+    class. ``trainer_state`` adds training curves from a Trainer ``trainer_state.json``. ``directions``
+    (``DIRECTIONS``): the xsim directions of the multi-way retrieval sets.
     """
     unknown = [s for s in suites if s not in SUITES and not is_spec(s)]
     if unknown:
@@ -408,14 +527,14 @@ def run_suite(
         if suite == "retrieval":
             texts = read_retrieval_sets(data_dir, retrieval_sets, langs)
             model_embs = embed_retrieval(embed, texts)
-            retrieval = score_retrieval(model_embs)
+            retrieval = score_retrieval(model_embs, directions=directions)
             results[suite] = retrieval.to_dict()
             plots += _xsim_plots(retrieval, out)
             for name, reference in references.items():
                 ref_embs = embed_retrieval(reference.embed_for(suite), texts)
-                ref_results[name][suite] = score_retrieval(ref_embs).to_dict()
+                ref_results[name][suite] = score_retrieval(ref_embs, directions=directions).to_dict()
                 if reference.cross and same_space(model_embs, ref_embs):
-                    cross = score_retrieval(model_embs, targets=ref_embs)
+                    cross = score_retrieval(model_embs, targets=ref_embs, directions=directions)
                     ref_results.setdefault(CROSS_PREFIX + name, {})[suite] = cross.to_dict()
                     plots += _xsim_plots(cross, out, f"cross-model {name}", ("ratio",))
             continue
@@ -473,14 +592,20 @@ def _xsim_plots(
             if margins is not None and margin not in margins:
                 continue
             suffix = f"_{file_name(who)}" if who else ""
+            rows, columns = set_langs, set_langs
+            xlabel = f"target{' (' + who.removeprefix('cross-model ') + ')' if who else ''}"
+            ylabel = f"query{' (evaluated model)' if who else ''}"
+            if retrieval.directions.get(name) == "english":  # one row per language: xx -> en, en -> xx
+                rows, matrix = english_cells(set_langs, matrix)
+                columns, xlabel, ylabel = ["xx → en", "en → xx"], "direction", "language"
             png = plot_heatmap(
                 matrix,
-                set_langs,
-                set_langs,
+                rows,
+                columns,
                 out / f"xsim_{file_name(name)}_{margin}{suffix}.png",
                 f"{name} xsim error % ({margin}){': ' + who if who else ''}",
-                f"target{' (' + who.removeprefix('cross-model ') + ')' if who else ''}",
-                f"query{' (evaluated model)' if who else ''}",
+                xlabel,
+                ylabel,
                 "viridis_r",
             )
             plots.append((f"{name} xsim ({margin}){', ' + who if who else ''}", png))
@@ -495,7 +620,15 @@ def _report_sections(
     sections: list[tuple[str, object]] = [("Evaluated", about_table(results["evaluated"]))]
     sections.append(("Results", summary_table(results)))
     for name, by_margin in ((results.get("retrieval") or {}).get("matrices") or {}).items():
+        english = retrieval_directions(results, name) == "english"
         for margin in by_margin:
+            if english:
+                summary = english_summary(results, name, margin)
+                if summary is not None:
+                    sections.append((f"{name}: xsim error % to and from English, summary ({margin} margin)", summary))
+                table = english_table(results, name, margin) or "(no English)"
+                sections.append((f"{name}: xsim error % to and from English per language ({margin} margin)", table))
+                continue
             heading = f"{name}: xsim error % per language pair ({margin} margin)"
             sections.append((heading, pair_table(results, name, margin)))
     label = results["evaluated"].get("label", "model")

@@ -75,6 +75,8 @@ CORPUS_TERMS = {
     "stsb-multi-mt": "STS benchmark + DeepL translations: scores CC BY-SA 4.0, texts under their sources' licences",
     "tico19-test": "TICO-19: CC0",
     "xed": "XED / OpenSubtitles pairs: CC BY 4.0",
+    "xed-more": "XED / OpenSubtitles pairs: CC BY 4.0",
+    "xed-more-all": "XED / OpenSubtitles pairs: CC BY 4.0",
     "ntrex128": "NTREX-128: CC BY-SA 4.0",
     "ud-pud": "Parallel UD treebanks: CC BY-SA 3.0",
     "flores-devtest": "FLORES-200: CC BY-SA 4.0",

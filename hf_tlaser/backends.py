@@ -29,6 +29,7 @@ import hashlib
 import importlib
 import json
 import logging
+import math
 import os
 import platform
 from collections.abc import Sequence
@@ -378,13 +379,44 @@ def openvino_runner(path: Path, precision: str = "fp32", threads: int = 1):
     return run
 
 
+MEASURED_FIELDS = ("speedup", "ntrex_delta", "sib200_delta")
+"""The numbers a ``backends.json`` record may hold (each optional)."""
+
+
+def measured_problem(data) -> str | None:
+    """What is wrong with the contents of a ``backends.json`` (``{cpu_class: {backend: {field: number}}}``, fields
+    of ``MEASURED_FIELDS``); None when nothing is."""
+    if not isinstance(data, dict):
+        return f"a JSON {type(data).__name__}, not an object"
+    for cls, records in data.items():
+        if not isinstance(records, dict):
+            return f"{cls!r} holds a {type(records).__name__}, not an object of backends"
+        for backend, record in records.items():
+            if not isinstance(record, dict):
+                return f"{cls!r} / {backend!r} holds a {type(record).__name__}, not an object"
+            for field in MEASURED_FIELDS:
+                value = record.get(field, 0.0)
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                    return f"{cls!r} / {backend!r} / {field!r} is {value!r}, not a number"
+    return None
+
+
 def read_measured(folder: str | os.PathLike) -> dict:
-    """The folder's ``backends.json`` (``{cpu_class: {backend: record}}``); {} without one."""
+    """The folder's ``backends.json`` (``{cpu_class: {backend: record}}``); {} without one, and {} with a warning
+    naming the file and its fault when it is not JSON or not of that shape (``backend="auto"`` then takes torch)."""
     path = Path(folder) / MEASURED_FILE
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
         return {}
+    except (OSError, ValueError) as err:
+        logger.warning("%s is unreadable (%s); ignored: backend auto takes torch", path, err)
+        return {}
+    problem = measured_problem(data)
+    if problem:
+        logger.warning("%s is malformed (%s); ignored: backend auto takes torch", path, problem)
+        return {}
+    return data
 
 
 def accepted(record: dict) -> bool:

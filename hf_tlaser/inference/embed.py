@@ -6,12 +6,17 @@
 * The input is plain or ``.gz`` UTF-8 text, one sentence per line (``--documents whole|sentences``: one document per
   line, embedded whole, cut to its first 750 words as T-LASER does, or as the mean of its sentences' vectors, as
   LASER does). An empty line is embedded as the empty text and counted. A line over the model's token length is
-  truncated and counted (sidecar ``truncated``, and a warning), never dropped.
-* A first pass counts the lines and checks that they are UTF-8. Then the lines are read in chunks of
-  ``--chunk-size``; each chunk is tokenized, sorted by length and cut into batches of at most ``--max-tokens``
-  padded tokens and ``--batch-size`` rows; its vectors are written in input order into a preallocated
-  ``PATH.partial`` and the chunk is logged as done. ``--resume`` continues a killed run at its first chunk not
-  done; at the end the file is renamed to ``PATH`` and its sidecar written.
+  truncated and counted (sidecar ``truncated``, and a warning), never dropped. A line over
+  :data:`~hf_tlaser.inference.lines.MAX_LINE_CHARS` characters is cut to them before it is tokenised (sidecar
+  ``cut``, and a warning), so one huge line cannot take unbounded memory (:mod:`hf_tlaser.inference.lines`).
+* Before the model loads: the output's folder is tried for writing and ``OUTPUT.lock`` is locked (one run per
+  output, :mod:`hf_tlaser.inference.guards`). A first pass counts the lines and checks that they are UTF-8, and the
+  input's SHA-256 is noted (``--resume`` refuses an input edited since). Before the first line is embedded, the
+  free space is checked and the output's blocks allocated; a write error is one line naming the file.
+* Then the lines are read in chunks of ``--chunk-size``; each chunk is tokenized, sorted by length and cut into
+  batches of at most ``--max-tokens`` padded tokens and ``--batch-size`` rows; its vectors are written in input
+  order into ``PATH.partial`` and the chunk is logged as done. ``--resume`` continues a killed run at its first
+  chunk not done; at the end the sidecar is written and the file renamed to ``PATH``.
 * ``--shard I/N`` (0-based I) embeds the I-th of N contiguous runs of whole chunks, so that a scheduler's job array
   splits the work (docs/embed_and_mine.md); ``read_embeddings`` joins the shard files.
 * Under ``accelerate launch`` (several GPUs, or CPU processes) the processes take the chunks in turn and write
@@ -31,6 +36,7 @@ import math
 import re
 import sys
 import time
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +49,6 @@ from hf_tlaser.backends import BACKENDS
 from hf_tlaser.commands import print_summary, run_command
 from hf_tlaser.data.batching import pack_chunk
 from hf_tlaser.data.lengths import token_counts
-from hf_tlaser.data.readers import iter_lines
 from hf_tlaser.encoding import DOCUMENT_MODES, split_sentences
 from hf_tlaser.errors import UsageError
 from hf_tlaser.hardware import PRECISIONS, resolve_precision
@@ -57,6 +62,8 @@ from hf_tlaser.teachers.loading import (
 )
 from hf_tlaser.version import __version__
 
+from .guards import OutputLock, check_writable, write_failed
+from .lines import MAX_LINE_CHARS, read_lines, text_digest
 from .store import DTYPES, EmbeddingsWriter, first_non_finite
 
 logger = logging.getLogger(__name__)
@@ -120,12 +127,14 @@ def plan_lines(lines: int, chunk_size: int, shard: tuple[int, int] | None) -> Pl
     return Plan(lines, chunk_size, index * total // count, (index + 1) * total // count)
 
 
-def read_chunks(path: Path, plan: Plan) -> Iterator[tuple[int, list[str]]]:
-    """``(chunk, its lines)`` for every chunk of ``plan``, read in one pass."""
-    lines = itertools.islice(iter_lines(path), plan.start, plan.stop)
+def read_chunks(path: Path, plan: Plan) -> Iterator[tuple[int, list[str], int]]:
+    """``(chunk, its lines, how many of them were cut)`` for every chunk of ``plan``, read in one pass (lines cut
+    to ``MAX_LINE_CHARS`` characters, :func:`~hf_tlaser.inference.lines.read_lines`)."""
+    lines = itertools.islice(read_lines(path), plan.start, plan.stop)
     for chunk in range(plan.chunks):
         begin, end = plan.bounds(chunk)
-        yield chunk, list(itertools.islice(lines, end - begin))
+        pairs = list(itertools.islice(lines, end - begin))
+        yield chunk, [text for text, _ in pairs], sum(cut for _, cut in pairs)
 
 
 # ---------------------------------------------------------------------------------------------------- the model
@@ -273,21 +282,27 @@ def check_args(args: argparse.Namespace) -> tuple[Path, Path, tuple[int, int] | 
     output = Path(args.output).expanduser()
     if output.suffix != ".npy":
         raise UsageError(f"--output {args.output}: give a path ending in .npy")
-    if not output.parent.is_dir():
-        raise UsageError(f"--output {args.output}: no folder {output.parent}; create it first")
+    check_writable(output, "--output")
     return source, output, shard
 
 
 def count_lines(source: Path, argument: str = "--input") -> int:
-    """The input's line count, every line decoded (``UsageError`` naming the first line that is not UTF-8)."""
+    """The input's line count, every line decoded (``UsageError`` naming the first line that is not UTF-8, or a
+    file with ``\r`` line endings); logs how many lines are over ``MAX_LINE_CHARS`` characters."""
+    lines = cut = 0
     try:
-        lines = sum(1 for _ in iter_lines(source))
+        for _, was_cut in read_lines(source):
+            lines += 1
+            cut += was_cut
     except UsageError as err:
-        raise UsageError(f"{argument} {err}; convert the file to UTF-8 (iconv -f ENCODING -t UTF-8)") from None
-    except (OSError, EOFError) as err:  # a damaged .gz
-        raise UsageError(f"{argument} {source}: unreadable ({err})") from None
+        hint = "" if "carriage returns" in str(err) else "; convert the file to UTF-8 (iconv -f ENCODING -t UTF-8)"
+        raise UsageError(f"{argument} {err}{hint}") from None
+    except (OSError, EOFError, zlib.error) as err:  # a damaged or mislabelled .gz
+        raise UsageError(f"{argument} {source}: unreadable ({err}); give plain or gzipped UTF-8 text") from None
     if lines == 0:
         raise UsageError(f"{argument} {source}: no lines; nothing to embed")
+    if cut:
+        logger.warning("%s: %d lines are over %d characters and are cut to them", source, cut, MAX_LINE_CHARS)
     return lines
 
 
@@ -302,12 +317,26 @@ def distributed_state():
 def run(args: argparse.Namespace) -> dict | None:
     """Embed ``args.input`` into ``args.output``; the run's summary on the first process (None on the others)."""
     source, output, shard = check_args(args)
+    state = distributed_state()
+    lock = OutputLock(output, "--output").acquire() if state.is_main_process else None
+    try:
+        return embed_locked(args, source, output, shard, state)
+    except OSError as err:  # a full disk, a quota, a folder made read-only meanwhile
+        raise write_failed(err, output, "--output") from None
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def embed_locked(
+    args: argparse.Namespace, source: Path, output: Path, shard: tuple[int, int] | None, state
+) -> dict | None:
+    """:func:`run` once the output is locked (by the first process)."""
     finished = EmbeddingsWriter.check_output(output, args.resume)
     if finished:
         return {"output": str(output), "status": "already finished (--resume has nothing to do)"}
     lines = count_lines(source)
     plan = plan_lines(lines, args.chunk_size, shard)
-    state = distributed_state()
     device = state.device
     precision = resolve_precision(args.precision, device).precision
     teacher = load_teacher(
@@ -328,6 +357,7 @@ def run(args: argparse.Namespace) -> dict | None:
         normalized=args.normalize,
         input=str(args.input),
         input_size=source.stat().st_size,
+        input_sha256=text_digest(source),
         input_lines=lines,
         start=plan.start,
         stop=plan.stop,
@@ -357,7 +387,7 @@ def run(args: argparse.Namespace) -> dict | None:
     progress = tqdm(total=todo, unit="line", desc=f"embed{rank}", disable=not state.is_local_main_process)
     started = time.perf_counter()
     try:  # the bar ends before any error line
-        for chunk, texts in read_chunks(source, plan):
+        for chunk, texts, cut in read_chunks(source, plan):
             if chunk not in own:
                 continue
             vectors, truncated = embedder(texts, progress)
@@ -373,7 +403,7 @@ def run(args: argparse.Namespace) -> dict | None:
                     f"finite (NaN or Inf as {args.dtype}); check the model's weights and --precision; its chunk was "
                     "not written (--resume continues there)"
                 )
-            writer.write_chunk(chunk, offset, stored, truncated=truncated, empty=empty)
+            writer.write_chunk(chunk, offset, stored, truncated=truncated, empty=empty, cut=cut)
     finally:
         progress.close()
     state.wait_for_everyone()
@@ -400,6 +430,7 @@ def run(args: argparse.Namespace) -> dict | None:
         "dim": teacher.dim,
         "truncated": meta["truncated"],
         "empty": meta["empty"],
+        "cut": meta["cut"],
         "processes": state.num_processes,
         "seconds": round(seconds, 2),
         "lines_per_second": round(embedded / max(seconds, 1e-9), 1),

@@ -19,6 +19,13 @@ builds a graph by hand. Every file written is checked against the torch model on
 command ends (``max_abs_diff`` for fp32, ``min_cosine`` for int8), and the folder's other files are not touched,
 so it loads as before with ``AutoModel`` and ``SentenceTransformer(..., trust_remote_code=True)``.
 
+Before the model loads, the export checks that it runs no code of the folder unasked (``--trust-remote-code``), that
+an int8 file would not be made from an fp32 file of older weights, that the folder (and ``onnx/`` / ``openvino/``)
+can be written and that the filesystems of the folder and of the temporary files have room for the files
+(:func:`export_bytes`, from the weights' shapes); a write error is one line naming the file. Each file written is
+recorded with the digest of the weights it came from (``hf_tlaser_export.json``), and a file whose weights changed
+since is refused where it would run.
+
 sentence-transformers loads the files with ``backend="onnx"`` / ``"openvino"`` (and ``trust_remote_code=True``)
 through optimum (``optimum-onnx``, ``optimum-intel``); an int8 file is picked with
 ``model_kwargs={"file_name": "onnx/model_qint8_avx512_vnni.onnx"}``. OpenVINO's CPU plugin computes in bf16 by
@@ -30,7 +37,10 @@ imports with a newer transformers. docs/export.md has the measurements.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import math
+import os
 import shutil
 import sys
 import tempfile
@@ -59,6 +69,7 @@ from hf_tlaser.backends import (
 )
 from hf_tlaser.commands import print_summary, run_command
 from hf_tlaser.errors import UsageError
+from hf_tlaser.inference.guards import check_space, check_writable, write_failed
 from hf_tlaser.models.common.pooling import (
     has_sentence_transformers_files,
     pool_hidden,
@@ -262,6 +273,40 @@ def agreement(reference: np.ndarray, states: np.ndarray, mask: np.ndarray, mode:
     return diff, float(torch.nn.functional.cosine_similarity(a, b).min())
 
 
+def weight_count(folder: Path) -> int:
+    """Numbers held by the folder's ``*.safetensors`` files, read from their JSON headers (no tensor is loaded)."""
+    count = 0
+    for path in folder.glob("*.safetensors"):
+        with path.open("rb") as handle:
+            header = json.loads(handle.read(int.from_bytes(handle.read(8), "little")))
+        count += sum(math.prod(entry["shape"]) for key, entry in header.items() if key != "__metadata__")
+    return count
+
+
+def export_bytes(folder: Path, backend: str, quantize: str | None) -> tuple[int, int]:
+    """About how many bytes the export writes into ``folder`` and into its temporary folder: 4 bytes a weight for an
+    fp32 file (its ONNX graph as well for OpenVINO, in the temporary folder), 1 for an int8 file."""
+    weights = weight_count(folder)
+    fp32, int8 = 4 * weights, weights if quantize else 0
+    staged = fp32 * (2 if backend == "openvino" else 1) + int8
+    return fp32 + int8, staged
+
+
+def check_room(folder: Path, outputs: Sequence[str], backend: str, quantize: str | None) -> None:
+    """``UsageError`` unless the folders the export writes can be written and have room for its files
+    (:func:`export_bytes`); the folder's and the temporary folder's filesystem are counted once when they are one."""
+    for name in outputs:
+        target = folder / name
+        check_writable(target if target.parent.is_dir() else target.parent, "export to")
+    into, staged = export_bytes(folder, backend, quantize)
+    tmp = Path(tempfile.gettempdir())
+    if os.stat(tmp).st_dev == os.stat(folder).st_dev:
+        check_space(folder, into + staged, f"export to {folder}", "the exported files (and their staged copies)")
+    else:
+        check_space(folder, into, f"export to {folder}", "the exported files")
+        check_space(tmp, staged, f"export to {folder}", f"staging them in {tmp}")
+
+
 def planned_files(backend: str, quantize: str | None, cpu: str) -> list[str]:
     """The files the export writes (the fp32 file only where not quantising: an int8 export reuses it)."""
     if backend == "onnx":
@@ -308,15 +353,34 @@ def export_model(
     require(EXTRAS[backend], backend)
     if backend == "openvino" and quantize:
         require(EXTRAS["openvino-int8"], "openvino")
+    check_room(folder, outputs, backend, quantize)
     model, tokenizer = load_for_export(folder, trust_remote_code)
     mode = pooling_mode(read_model_config(folder))
     if mode not in ("cls", "mean"):
         raise UsageError(f"{folder}: the exporter checks cls or mean pooling only")
+    try:
+        return write_files(folder, model, tokenizer, backend, quantize, cpu, overwrite, texts, mode)
+    except OSError as err:  # a full disk, a quota, a folder made read-only meanwhile
+        raise write_failed(err, folder, f"export to {folder}") from None
+
+
+def write_files(
+    folder: Path,
+    model,
+    tokenizer,
+    backend: str,
+    quantize: str | None,
+    cpu: str,
+    overwrite: bool,
+    texts: Sequence[str] | None,
+    mode: str,
+) -> list[ExportedFile]:
+    """Stage the export's files, check each against the torch model on ``CHECK_TEXTS``, then copy them into the
+    folder with their record of the weights; what was written."""
     check = sample_batch(tokenizer, CHECK_TEXTS)
     with torch.no_grad():
         reference = LastHiddenState(model)(**check).float().numpy()
     mask = check["attention_mask"].numpy()
-
     written: list[ExportedFile] = []
     with tempfile.TemporaryDirectory(prefix="hf-tlaser-export-") as tmp:
         staged = stage_files(folder, Path(tmp), model, tokenizer, backend, quantize, cpu, overwrite, texts)
@@ -332,11 +396,22 @@ def export_model(
         for source, name, _ in staged:
             destination = folder / name
             destination.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source, destination)
             if source.suffix == ".xml":
-                shutil.copyfile(source.with_suffix(".bin"), destination.with_suffix(".bin"))
+                copy_whole(source.with_suffix(".bin"), destination.with_suffix(".bin"))
+            copy_whole(source, destination)
             record_export(folder, name)  # the weights it came from: a later change of them makes it stale
     return written
+
+
+def copy_whole(source: Path, destination: Path) -> None:
+    """Copy ``source`` to ``destination`` through ``DESTINATION.partial`` and a rename: a failed copy (a full disk)
+    leaves the file that was there, never a cut one."""
+    partial = destination.with_name(destination.name + ".partial")
+    try:
+        shutil.copyfile(source, partial)
+        os.replace(partial, destination)
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def stage_files(

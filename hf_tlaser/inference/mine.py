@@ -16,7 +16,16 @@ scales:
 * faiss runs on all GPUs when faiss sees one (``faiss.get_num_gpus() > 0``), else on the CPU.
 
 Identical lines are mined once (LASER's ``--unify``): the first occurrence's vector stands for all of them, and the
-TSV has each source text and each target text at most once. Blank lines are not mined.
+TSV has each source text and each target text at most once. Blank lines are not mined. A tab or a line-breaking
+character inside a text (``\r``, U+2028, U+2029, U+0085, ...: :data:`~hf_tlaser.inference.lines.TSV_BREAKS`) is
+written as a space, so every TSV row has three columns; the texts changed so are counted and logged.
+
+Before any search (and before ``--model`` loads): the outputs' folder is tried for writing, ``OUTPUT.lock`` is
+locked (one run per output), each embeddings file's recorded input is compared with ``--src``/``--tgt`` (their
+SHA-256 where the sidecar has one, and always their line counts), the free space is checked against the TSV's
+largest size, and the ``--index`` string is built on a sample (or refused, e.g. more inverted lists than rows). With
+``--model``, the two embeddings files are written in ``OUTPUT.embeddings.tmp/`` beside the output (removed at the
+end, and by the next run on the output when a killed run left it).
 """
 
 from __future__ import annotations
@@ -25,9 +34,10 @@ import argparse
 import logging
 import math
 import os
+import shutil
 import sys
-import tempfile
 import time
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +52,8 @@ from hf_tlaser.evaluation.knn import MARGINS, import_faiss, l2_normalize, margin
 from hf_tlaser.evaluation.mining import RETRIEVALS, select_pairs
 from hf_tlaser.hardware import PRECISIONS
 from hf_tlaser.inference import embed
+from hf_tlaser.inference.guards import OutputLock, check_space, check_writable, write_failed
+from hf_tlaser.inference.lines import text_digest, tsv_field
 from hf_tlaser.inference.store import check_compatible, first_non_finite, read_embeddings
 
 logger = logging.getLogger(__name__)
@@ -115,16 +127,50 @@ def require_faiss() -> ModuleType:
     return faiss
 
 
+INDEX_HINT = "give a faiss index-factory string such as Flat or IVF4096,PQ48"
+
+
+def faiss_reason(err: RuntimeError) -> str:
+    """The failed condition of a faiss error (its last line after ``Error: ``)."""
+    return str(err).strip().splitlines()[-1].split("Error: ", 1)[-1]
+
+
 def make_index(spec: str, dim: int):
     """An empty faiss inner-product index from an index-factory string; ``UsageError`` when faiss refuses it."""
     faiss = require_faiss()
     try:
         return faiss.index_factory(dim, spec, faiss.METRIC_INNER_PRODUCT)
     except RuntimeError as err:
-        reason = str(err).strip().splitlines()[-1].split("Error: ", 1)[-1]
+        raise UsageError(f"--index {spec!r}: faiss refuses it ({faiss_reason(err)}); {INDEX_HINT}") from None
+
+
+TRIAL_ROWS = 8
+"""Rows a trained (or training-free) index is built and searched with before the real work."""
+
+
+def check_index(spec: str, rows: int, dim: int) -> None:
+    """``UsageError`` unless the search can run ``spec`` on a database of ``rows`` vectors: faiss builds it, it has
+    no more inverted lists than rows to train them on, it gives its code size (the shard size needs it), and, where
+    it needs no training, it adds and searches ``TRIAL_ROWS`` random vectors."""
+    faiss = require_faiss()
+    index = make_index(spec, dim)
+    ivf = faiss.try_extract_index_ivf(index)
+    if ivf is not None and ivf.nlist > rows:
+        lists = 2 ** max(0, round(math.log2(max(1.0, math.sqrt(rows)))))
         raise UsageError(
-            f"--index {spec!r}: faiss refuses it ({reason}); give a faiss index-factory string such as Flat or "
-            "IVF4096,PQ48"
+            f"--index {spec!r}: {ivf.nlist} inverted lists need at least as many rows to train on, the database has "
+            f"{rows}; give fewer lists (e.g. IVF{lists}) or Flat"
+        )
+    try:
+        index.sa_code_size()
+        if index.is_trained:
+            sample = l2_normalize(np.random.default_rng(0).normal(size=(TRIAL_ROWS, dim)).astype(np.float32))
+            index.add(sample)
+            index.search(sample[:1], 1)
+    except RuntimeError as err:
+        raise UsageError(
+            f"--index {spec!r}: faiss cannot run it as the search does (add, search, code size: "
+            f"{faiss_reason(err)}); {INDEX_HINT}"
         ) from None
 
 
@@ -177,8 +223,15 @@ def search(queries: Rows, database: Rows, k: int, plan: SearchPlan) -> tuple[np.
     Exact (``Flat``) or approximate (any other index-factory string; candidates re-scored exactly), database
     sharded to fit ``plan.index_memory``, queries searched in blocks of ``plan.batch_size``.
     """
-    faiss = require_faiss()
     spec = plan.spec(len(database), database.dim)
+    try:
+        return _search(queries, database, k, plan, spec)
+    except RuntimeError as err:  # what check_index could not try (an index that trains first)
+        raise UsageError(f"--index {spec!r}: faiss failed with it ({faiss_reason(err)}); {INDEX_HINT}") from None
+
+
+def _search(queries: Rows, database: Rows, k: int, plan: SearchPlan, spec: str) -> tuple[np.ndarray, np.ndarray]:
+    faiss = require_faiss()
     trained = make_index(spec, database.dim)
     exact = spec == "Flat"
     k = min(k, len(database))
@@ -249,7 +302,8 @@ def mine_vectors(
 
 
 def read_texts(path: Path, argument: str) -> list[str]:
-    """The lines of a plain or gzipped UTF-8 file; ``UsageError`` when missing, empty or not UTF-8 (naming the line)."""
+    """The lines of a plain or gzipped UTF-8 file; ``UsageError`` when missing, empty, not UTF-8 (naming the line),
+    or a damaged or mislabelled ``.gz``."""
     if not path.is_file():
         raise UsageError(f"{argument} {path}: no such file")
     if path.stat().st_size == 0:
@@ -258,6 +312,8 @@ def read_texts(path: Path, argument: str) -> list[str]:
         texts = list(iter_lines(path))
     except UsageError as err:
         raise UsageError(f"{argument} {err}; convert it to UTF-8 (e.g. iconv -t UTF-8)") from None
+    except (OSError, EOFError, zlib.error) as err:  # a truncated .gz, or plain text named .gz
+        raise UsageError(f"{argument} {path}: unreadable ({err}); give plain or gzipped UTF-8 text") from None
     if not any(text.strip() for text in texts):
         raise UsageError(f"{argument} {path}: every line is blank; give a text file with one sentence per line")
     return texts
@@ -292,7 +348,11 @@ def plot_histogram(mined: Mined, path: Path, margin: str, k: int, threshold: flo
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(9, 4.5))
-    ax.hist(mined.scores, bins=100, color="tab:blue")
+    scores = np.asarray(mined.scores, dtype=np.float64)
+    span = None
+    if len(scores) and scores.max() - scores.min() < 1e-6:  # equal scores: numpy cannot cut 100 bins of float32 ulps
+        span = (scores.min() - 1e-3, scores.max() + 1e-3)
+    ax.hist(scores, bins=100, range=span, color="tab:blue")
     if threshold is not None:
         ax.axvline(threshold, color="tab:red", linestyle="--", label=f"threshold {threshold:g}")
         ax.legend()
@@ -302,29 +362,58 @@ def plot_histogram(mined: Mined, path: Path, margin: str, k: int, threshold: flo
     ax.set_title(histogram_title(margin, k, threshold, mined.kept, len(mined.scores)), fontsize=9)
     fig.tight_layout()
     tmp = path.with_name(path.name + ".tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    os.replace(tmp, path)
+    try:
+        fig.savefig(tmp, dpi=110)
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        tmp.unlink(missing_ok=True)
 
 
-def write_pairs(mined: Mined, path: Path, src_texts: list[str], tgt_texts: list[str], src: Rows, tgt: Rows) -> None:
-    """The TSV ``score<TAB>source<TAB>target``, best first, of the pairs above the threshold; written atomically."""
+def write_pairs(mined: Mined, path: Path, src_texts: list[str], tgt_texts: list[str], src: Rows, tgt: Rows) -> int:
+    """The TSV ``score<TAB>source<TAB>target``, best first, of the pairs above the threshold, written atomically
+    (nothing is left behind when it fails); texts holding a tab or a line break have them as spaces
+    (:func:`~hf_tlaser.inference.lines.tsv_field`). The number of texts so changed."""
     tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8", newline="\n") as out:
-        for score, i, j in zip(mined.scores[: mined.kept], mined.src[: mined.kept], mined.tgt[: mined.kept]):
-            out.write(f"{score:.6f}\t{src_texts[src.rows[i]]}\t{tgt_texts[tgt.rows[j]]}\n")
-    os.replace(tmp, path)
+    changed = 0
+    try:
+        with tmp.open("w", encoding="utf-8", newline="\n") as out:
+            for score, i, j in zip(mined.scores[: mined.kept], mined.src[: mined.kept], mined.tgt[: mined.kept]):
+                source, src_changed = tsv_field(src_texts[src.rows[i]])
+                target, tgt_changed = tsv_field(tgt_texts[tgt.rows[j]])
+                changed += src_changed + tgt_changed
+                out.write(f"{score:.6f}\t{source}\t{target}\n")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    if changed:
+        logger.warning("%d texts held tabs or line breaks, written as spaces in %s", changed, path)
+    return changed
 
 
 def check_outputs(output: Path, histogram: Path, overwrite: bool) -> None:
-    """``UsageError`` when an output exists (without ``overwrite``) or its folder does not."""
+    """``UsageError`` when an output exists (without ``overwrite``), is a folder, or its folder does not exist or
+    cannot be written (:func:`~hf_tlaser.inference.guards.check_writable`)."""
     if output.resolve() == histogram.resolve():
         raise UsageError(f"--histogram {histogram}: the same file as --output; give another path")
     for argument, path in (("--output", output), ("--histogram", histogram)):
-        if path.exists() and not overwrite:
+        if path.exists() and not overwrite and not path.is_dir():
             raise UsageError(f"{argument} {path}: exists; choose another path or give --overwrite")
-        if not path.parent.is_dir():
-            raise UsageError(f"{argument} {path}: the folder {path.parent} does not exist")
+        check_writable(path, argument)
+
+
+def check_input(texts_path: Path, meta: dict, side: str) -> None:
+    """``UsageError`` when the embeddings' sidecar records an input whose SHA-256 (``input_sha256``) is not that of
+    ``texts_path``'s text: the vectors of another text (an older sidecar without it: the line counts alone)."""
+    recorded = meta.get("input_sha256")
+    if recorded is None:
+        return
+    if text_digest(texts_path) != recorded:
+        raise UsageError(
+            f"--{side}-embeddings: embedded from {meta.get('input')} (sha256 {recorded[:12]}), not from --{side} "
+            f"{texts_path} (another text of the same line count); embed this file (hf-tlaser embed --input "
+            f"{texts_path})"
+        )
 
 
 def load_side(texts_path: Path, embeddings: list[str], side: str) -> tuple[list[str], np.ndarray, dict]:
@@ -336,6 +425,7 @@ def load_side(texts_path: Path, embeddings: list[str], side: str) -> tuple[list[
             f"--{side} {texts_path} has {len(texts)} lines but --{side}-embeddings has {len(array)} rows; give the "
             f"embeddings of this file (hf-tlaser embed --input {texts_path})"
         )
+    check_input(texts_path, meta, side)
     bad = first_non_finite(array)
     if bad is not None:
         raise UsageError(
@@ -420,8 +510,9 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError("--batch-size and --index-memory must be positive, --train-size at least 0")
 
 
-def run(args: argparse.Namespace, embeddings: tuple[list[str], list[str]]) -> tuple[int, int]:
-    """Mine with the embeddings files of both sides; ``(pairs written, pairs scored)``."""
+def run(args: argparse.Namespace, embeddings: tuple[list[str], list[str]]) -> tuple[int, int, int]:
+    """Mine with the embeddings files of both sides; ``(pairs written, pairs scored, texts whose tabs or line breaks
+    were written as spaces)``."""
     src_texts, src_array, src_meta = load_side(args.src, embeddings[0], "src")
     tgt_texts, tgt_array, tgt_meta = load_side(args.tgt, embeddings[1], "tgt")
     check_compatible(src_meta, tgt_meta, "--src-embeddings/--tgt-embeddings")
@@ -437,7 +528,9 @@ def run(args: argparse.Namespace, embeddings: tuple[list[str], list[str]]) -> tu
         seed=args.seed,
     )
     for rows in (len(src), len(tgt)):  # refuse a bad --index before any search
-        make_index(plan.spec(rows, src.dim), src.dim)
+        check_index(plan.spec(rows, src.dim), rows, src.dim)
+    largest = sum(len(text.encode()) + 1 for text in src_texts) + sum(len(text.encode()) + 1 for text in tgt_texts)
+    check_space(args.output.parent, largest + 12 * min(len(src), len(tgt)), f"--output {args.output}", "the TSV")
     threshold = DEFAULT_THRESHOLDS[args.margin] if args.threshold is None else args.threshold
     logger.info(
         "mining %d unique source lines (of %d) against %d unique target lines (of %d)",
@@ -449,9 +542,12 @@ def run(args: argparse.Namespace, embeddings: tuple[list[str], list[str]]) -> tu
     mined = mine_vectors(
         src, tgt, k=args.neighbours, margin=args.margin, retrieval=args.retrieval, threshold=threshold, plan=plan
     )
-    write_pairs(mined, args.output, src_texts, tgt_texts, src, tgt)
-    plot_histogram(mined, args.histogram, args.margin, args.neighbours, threshold)
-    return mined.kept, len(mined.scores)
+    try:
+        changed = write_pairs(mined, args.output, src_texts, tgt_texts, src, tgt)
+        plot_histogram(mined, args.histogram, args.margin, args.neighbours, threshold)
+    except OSError as err:
+        raise write_failed(err, args.output, "--output") from None
+    return mined.kept, len(mined.scores), changed
 
 
 def embed_both(args: argparse.Namespace, folder: Path) -> tuple[list[str], list[str]]:
@@ -468,6 +564,11 @@ def embed_both(args: argparse.Namespace, folder: Path) -> tuple[list[str], list[
     return paths[0], paths[1]
 
 
+def embeddings_folder(output: Path) -> Path:
+    """``OUTPUT.embeddings.tmp``: where ``--model`` writes the two sides' embeddings, beside the output."""
+    return output.with_name(output.name + ".embeddings.tmp")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``hf-tlaser mine``: 0 on success, 2 with one line on stderr for a usage mistake."""
     args = build_parser().parse_args(argv)
@@ -479,14 +580,23 @@ def main(argv: list[str] | None = None) -> int:
         faiss = require_faiss()
         if args.threads:
             faiss.omp_set_num_threads(args.threads)
-        if args.model is None:
-            kept, total = run(args, (args.src_embeddings, args.tgt_embeddings))
-        else:
-            with tempfile.TemporaryDirectory(prefix="hf-tlaser-mine-") as folder:
-                kept, total = run(args, embed_both(args, Path(folder)))
+        with OutputLock(args.output, "--output"):
+            if args.model is None:
+                kept, total, changed = run(args, (args.src_embeddings, args.tgt_embeddings))
+            else:
+                folder = embeddings_folder(args.output)
+                shutil.rmtree(folder, ignore_errors=True)  # a killed run's (the lock says no run uses it)
+                try:
+                    folder.mkdir()
+                    kept, total, changed = run(args, embed_both(args, folder))
+                except OSError as err:
+                    raise write_failed(err, folder, "--output") from None
+                finally:
+                    shutil.rmtree(folder, ignore_errors=True)
+        replaced = f"; {changed} texts with tabs or line breaks written with spaces" if changed else ""
         print(
             f"hf-tlaser mine: {kept} pairs above the threshold (of {total}) -> {args.output}; "
-            f"histogram {args.histogram}"
+            f"histogram {args.histogram}{replaced}"
         )
         return 0
 

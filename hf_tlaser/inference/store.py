@@ -13,10 +13,12 @@ fingerprint          hash of what determines the vectors: the model's files (wei
                      prompt; two files are comparable when their fingerprints are equal
 dim, count, dtype    width, rows and stored dtype of the array
 normalized           rows scaled to unit length
-input                the text file; ``input_lines`` its line count
+input                the text file; ``input_lines`` its line count, ``input_size`` its bytes, ``input_sha256``
+                     the SHA-256 of its bytes (``--resume`` and ``hf-tlaser mine`` refuse another file)
 start, stop          0-based input line range of this file (``lines`` = stop - start = count)
 shard                ``[i, n]`` for ``--shard i/n``, else null
 truncated            lines the model did not see whole (over its token length, or a document cut to its words)
+cut                  lines over ``MAX_LINE_CHARS`` characters, cut to them before tokenisation
 empty                empty lines (embedded as the empty text)
 prompt               the prompt prepended to every line (sentence-transformers models), else null
 precision            forward precision (fp32, bf16, fp16)
@@ -24,14 +26,17 @@ documents            ``whole`` or ``sentences`` for document lines, else null
 hf_tlaser_version    the package version that wrote it
 ==================== ==================================================================================
 
-The sidecar is written last, by an atomic rename: a ``PATH`` without ``PATH.json`` is not a finished output. While a
-run works, its rows go to ``PATH.partial`` (a preallocated ``.npy``), its settings to ``PATH.partial.settings.json``
-and each process logs the chunks it finished to ``PATH.partial.done-RANK``; :class:`EmbeddingsWriter` resumes from
-them.
+While a run works, its rows go to ``PATH.partial`` (a ``.npy`` whose blocks are allocated on disk before the first
+row is written, ``os.posix_fallocate``: a full disk fails there, as one line, and never as a SIGBUS on a sparse memory
+map), its settings to ``PATH.partial.settings.json`` and each process logs the chunks it finished to
+``PATH.partial.done-RANK``; :class:`EmbeddingsWriter` resumes from them. At the end the sidecar ``PATH.json`` is
+renamed into place, then ``PATH.partial`` to ``PATH``: a ``PATH`` without ``PATH.json`` is never a finished output,
+and a run killed between the two renames leaves ``PATH.partial`` and its logs, which ``--resume`` finishes.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -42,6 +47,8 @@ import numpy as np
 
 from hf_tlaser.errors import UsageError
 
+from .guards import check_space, write_failed
+
 logger = logging.getLogger(__name__)
 
 FORMAT = "hf_tlaser-embeddings/1"
@@ -49,8 +56,8 @@ DTYPES = ("float16", "float32")
 PARTIAL = ".partial"
 """Suffix of an unfinished run's files (``PATH.partial``, ``PATH.partial.settings.json``, ``PATH.partial.done-R``)."""
 MAKE_HINT = "make it with hf-tlaser embed --output PATH.npy"
-_SUMMED = ("count", "lines", "truncated", "empty")
-_SAME = ("fingerprint", "dim", "dtype", "normalized", "input", "input_lines", "prompt", "documents")
+_SUMMED = ("count", "lines", "truncated", "empty", "cut")
+_SAME = ("fingerprint", "dim", "dtype", "normalized", "input", "input_lines", "input_sha256", "prompt", "documents")
 
 
 def sidecar_path(path: str | os.PathLike) -> Path:
@@ -177,9 +184,26 @@ def read_embeddings(
             f"{first['input_lines'] - 1} are missing; give every shard"
         )
     array = np.concatenate([array for array, _ in parts])
-    meta = {**first, **{key: sum(m[key] for _, m in parts) for key in _SUMMED}}
+    meta = {**first, **{key: sum(m.get(key, 0) for _, m in parts) for key in _SUMMED}}
     meta.update(start=0, stop=expected, shard=None, path=None, paths=[m["path"] for _, m in parts])
     return array, meta
+
+
+def allocate(path: Path, rows: int, dim: int, dtype: str) -> None:
+    """Write an ``.npy`` [rows, dim] of ``dtype`` at ``path`` whose data blocks are allocated on disk
+    (``os.posix_fallocate``; ``OSError`` ENOSPC when they do not fit), to be filled through a memory map. Where the
+    filesystem cannot allocate ahead, the file is extended sparse, as ``open_memmap`` does."""
+    header = {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False, "shape": (rows, dim)}
+    with open(path, "wb") as handle:
+        np.lib.format.write_array_header_1_0(handle, header)
+        size = handle.tell() + rows * dim * np.dtype(dtype).itemsize
+        try:
+            os.posix_fallocate(handle.fileno(), 0, size)
+        except OSError as err:
+            if err.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+            logger.warning("%s: the filesystem cannot allocate ahead (%s); a full disk may stop the run", path, err)
+            handle.truncate(size)
 
 
 class EmbeddingsWriter:
@@ -202,13 +226,15 @@ class EmbeddingsWriter:
     @staticmethod
     def check_output(path: str | os.PathLike, resume: bool) -> bool:
         """Cheap checks before any work: ``UsageError`` when ``PATH`` (or its sidecar) exists, or when an
-        unfinished run's files exist and ``resume`` is off. True when ``resume`` finds ``PATH`` already finished."""
+        unfinished run's files exist and ``resume`` is off. True when ``resume`` finds ``PATH`` already finished.
+        A sidecar beside ``PATH.partial`` (a run killed between its two final renames) is left to ``--resume``."""
         path = Path(path)
         partial, _ = partial_paths(path)
         if path.exists() or sidecar_path(path).exists():
             if resume and path.is_file() and sidecar_path(path).is_file() and not partial.exists():
                 return True
-            raise UsageError(f"--output {path}: exists; choose another path or remove it (and {path.name}.json)")
+            if not (resume and not path.exists() and partial.is_file()):
+                raise UsageError(f"--output {path}: exists; choose another path or remove it (and {path.name}.json)")
         if partial.exists() and not resume:
             raise UsageError(
                 f"--output {path}: an interrupted run left {partial.name}; give --resume to continue it, or remove "
@@ -218,8 +244,9 @@ class EmbeddingsWriter:
 
     @staticmethod
     def prepare(path: str | os.PathLike, rows: int, dim: int, dtype: str, settings: dict, resume: bool) -> int:
-        """Create ``PATH.partial`` [rows, dim] (or, with ``resume``, check that the one there has these
-        ``settings``); the number of chunks already done. ``UsageError`` naming the first setting that differs."""
+        """Create ``PATH.partial`` [rows, dim], its blocks allocated (or, with ``resume``, check that the one there
+        has these ``settings``); the number of chunks already done. ``UsageError`` naming the first setting that
+        differs, or when the disk has no room for the rows (checked, then allocated: one line, no SIGBUS later)."""
         partial, settings_file = partial_paths(path)
         if resume and partial.exists():
             try:
@@ -245,8 +272,13 @@ class EmbeddingsWriter:
             logger.info("--resume: no unfinished run at %s; starting it", partial)
         for stale in partial.parent.glob(f"{partial.name}.done-*"):
             stale.unlink()
-        np.lib.format.open_memmap(partial, mode="w+", dtype=np.dtype(dtype), shape=(rows, dim)).flush()
-        _write_json(settings_file, settings)
+        check_space(partial.parent, rows * dim * np.dtype(dtype).itemsize, f"--output {path}", "the embeddings")
+        try:
+            allocate(partial, rows, dim, dtype)
+            _write_json(settings_file, settings)
+        except OSError as err:
+            partial.unlink(missing_ok=True)
+            raise write_failed(err, partial, f"--output {path}") from None
         return 0
 
     @staticmethod
@@ -282,14 +314,12 @@ class EmbeddingsWriter:
         missing = sorted(set(range(chunks)) - set(done))
         if missing:
             raise RuntimeError(f"{self.partial}: chunks {missing[:10]} were not written; run again with --resume")
-        stats = {key: sum(record.get(key, 0) for record in done.values()) for key in ("truncated", "empty")}
+        stats = {key: sum(record.get(key, 0) for record in done.values()) for key in ("truncated", "empty", "cut")}
         self.rows.flush()
         del self.rows
-        tmp = sidecar_path(self.partial)
         meta = {"format": FORMAT, **meta, **stats}
-        _write_json(tmp, meta)
+        _write_json(sidecar_path(self.path), meta)  # first: PATH without PATH.json is never taken as finished
         os.replace(self.partial, self.path)
-        os.replace(tmp, sidecar_path(self.path))
         partial, settings_file = partial_paths(self.path)
         for leftover in [settings_file, *partial.parent.glob(f"{partial.name}.done-*")]:
             leftover.unlink()

@@ -1,10 +1,12 @@
-"""Mutation testing of the core modules (issue 34) with mutmut 3: the losses, training/warm.py, training/distill.py,
-teachers/cache.py and teachers/loading.py. Not part of CI (scripts/test.sh, .ci/run): it runs for tens of minutes.
+"""Mutation testing with mutmut 3 of the core modules (issue 34: the losses, training/warm.py, training/distill.py,
+teachers/cache.py and teachers/loading.py) and of the inference code (issue 50: inference/, its store, backends.py).
+Not part of CI (scripts/test.sh, .ci/run): it runs for tens of minutes.
 
 The code of ``--tree`` is copied into ``--workdir`` (hf_tlaser/, tests/, pyproject.toml with a ``[tool.mutmut]``
 table added), so that edits to the tree during the run change nothing and mutmut's ``mutants/`` folder stays out of the
 repository. Each mutant runs only the tests that call the mutated function (mutmut's own test mapping), among the
-test files of ``TEST_FILES`` minus ``DESELECT``, with ``pytest -x``, one at a time.
+test files of ``TEST_FILES`` minus ``DESELECT``, with ``pytest -x``, one at a time. ``--modules`` picks some modules:
+only their files are mutated and only their test files run (mutmut's stats pass included).
 
 A fixed random sample of ``--sample`` mutants per module is drawn (``--sample 0``: all): the mutants with the smallest
 sha256 of (seed, file, function, the changed lines), so a mutant that is unchanged between two versions of the code
@@ -17,6 +19,7 @@ survivors (file, line, the change in one line).
     python scripts/mutation.py --workdir /tmp/mut-x --report-only --report mutation.md  # report an earlier run again
     python scripts/mutation.py --list                                               # the sample only, nothing runs
     python scripts/mutation.py --workdir /tmp/mut-x --resume --quick --sample 5      # the listed sample, no stats pass
+    python scripts/mutation.py --tree . --modules inference,store,backends --report inference.md  # issue 50's run
 """
 
 from __future__ import annotations
@@ -74,8 +77,84 @@ MODULES: dict[str, dict[str, list[str]]] = {
     "distill": {"hf_tlaser/training/distill.py": ["*"]},
     "cache": {"hf_tlaser/teachers/cache.py": ["*"]},
     "loading": {"hf_tlaser/teachers/loading.py": ["*"]},
+    # issue 50: hf-tlaser embed, mine and export, without their argparse builders and the library calls that only
+    # convert (export_onnx, export_openvino, compress_openvino, quantize_openvino_static)
+    "inference": {
+        # the shard and chunk plan, the batching and truncation counts, the checks before the model loads, the lock
+        # and the chunk loop (main: run_command and the process group's end only)
+        "hf_tlaser/inference/embed.py": [
+            "x_parse_shard",
+            "xǁPlanǁbounds",
+            "x_plan_lines",
+            "x_read_chunks",
+            "xǁEmbedderǁ__init__",
+            "xǁEmbedderǁ_encode",
+            "xǁEmbedderǁ__call__",
+            "x_check_args",
+            "x_count_lines",
+            "x_run",
+            "x_embed_locked",
+        ],
+        # the kNN search (exact, sharded, re-scored), the index checks, the margin and threshold selection, the texts
+        # read, the TSV written, the output checks, the lock and --model's temporaries (main)
+        "hf_tlaser/inference/mine.py": [
+            "xǁRowsǁtake",
+            "xǁRowsǁblocks",
+            "xǁSearchPlanǁspec",
+            "x_default_index",
+            "x_require_faiss",
+            "x_faiss_reason",
+            "x_make_index",
+            "x_check_index",
+            "x_use_gpu",
+            "x_train",
+            "x_shard_rows",
+            "x_merge_top_k",
+            "x_exact_cosines",
+            "x_search",
+            "x__search",
+            "x_mine_vectors",
+            "x_read_texts",
+            "x_unique_rows",
+            "x_write_pairs",
+            "x_check_outputs",
+            "x_check_input",
+            "x_load_side",
+            "x_check_args",
+            "x_run",
+            "x_embed_both",
+            "x_embeddings_folder",
+            "x_main",
+        ],
+        # the folder checks, remote code only when asked, the agreement check, the room check, the files planned,
+        # staged, checked and copied whole
+        "hf_tlaser/inference/export.py": [
+            "x_check_folder",
+            "x_load_for_export",
+            "x_sample_batch",
+            "x_quantize_onnx",
+            "x_read_calibration",
+            "x_agreement",
+            "x_weight_count",
+            "x_export_bytes",
+            "x_check_room",
+            "x_planned_files",
+            "x_export_model",
+            "x_write_files",
+            "x_copy_whole",
+            "x_stage_files",
+        ],
+        # lines cut in bounded reads, the \r-only refusal, the input digest, TSV fields
+        "hf_tlaser/inference/lines.py": ["*"],
+        # writability, free space, write errors, the output lock
+        "hf_tlaser/inference/guards.py": ["*"],
+    },
+    # the embeddings file: sidecar, shards joined, resumable writer, allocation
+    "store": {"hf_tlaser/inference/store.py": ["*"]},
+    # the exported backends, their files' freshness, the CPU class, backends.json and backend="auto"
+    "backends": {"hf_tlaser/backends.py": ["*"]},
 }
-TEST_FILES = [
+CORE_TESTS = [
     "tests/test_losses.py",
     "tests/test_ldt_losses.py",
     "tests/test_multiway_negatives.py",
@@ -91,14 +170,40 @@ TEST_FILES = [
     "tests/test_warm_training.py",
     "tests/test_mutants_core.py",
 ]
-# subprocesses import the tree's code, not the mutant (DDP, push, fresh process); the 100000-text vectors file took
-# 230 s alone; test_multiway_forward_uses_groups patches a module global that mutmut's trampoline bypasses;
-# test_projection_head_survives_save_and_load loads the saved folder with trust_remote_code, which imports a copy of
-# the mutated module whose trampoline looks for mutmut's config in the wrong folder (the stats pass stops there)
+INFERENCE_TESTS = [
+    "tests/test_reliability.py",
+    "tests/test_embed.py",
+    "tests/test_mine.py",
+    "tests/test_export.py",
+    "tests/test_backends.py",
+    "tests/test_teacher_fingerprint.py",  # backends.hash_file, through the teachers' file digest
+]
+# module -> the test files of mutmut's run (its stats pass maps each test to the functions it calls); a run of some
+# --modules takes the union of theirs, in this order
+TEST_FILES: dict[str, list[str]] = {
+    **dict.fromkeys(("losses", "warm", "distill", "cache", "loading"), CORE_TESTS),
+    **dict.fromkeys(("inference", "store", "backends"), INFERENCE_TESTS),
+}
+# subprocesses import the tree's code, not the mutant (DDP, push, fresh process, embed's --shard job array and its 2
+# processes under accelerate launch, bench_backends' workers: its tests also load scripts/, which the work dir lacks);
+# the 100000-text vectors file took 230 s alone; test_multiway_forward_uses_groups patches a module global that
+# mutmut's trampoline bypasses; test_projection_head_survives_save_and_load loads the saved folder with
+# trust_remote_code, which imports a copy of the mutated module whose trampoline looks for mutmut's config in the wrong
+# folder (the stats pass stops there)
 DESELECT = (
     "not ddp and not push and not fresh and not 100000 and not test_multiway_forward_uses_groups "
-    "and not projection_head_survives"
+    "and not projection_head_survives and not array_of_shard_processes and not two_processes_equal_one "
+    "and not bench_quality_reads and not bench_backends_compares"
 )
+# and in mutmut's own run, where a module mutates a file under REMOTE_CODE (the losses), the other test whose fresh
+# process loads a saved folder with trust_remote_code: save_pretrained writes the model's code into the folder, there
+# a copy of the mutated module, whose trampoline in the stats pass records the hit through mutmut's config, read from
+# that process's folder. A mutant run (--quick too) only compares names there; in the test process itself mutmut's
+# config is read already, so the in-process trust_remote_code loads (export's checks against sentence-transformers) stay
+REMOTE_CODE = "hf_tlaser/models/"
+STATS_DESELECT = "not before_training_the_warm_model"
+
+
 # --quick: the test files each mutant runs, per mutated file (a tree without one of them runs without it), the
 # cheapest and likeliest to kill first; a test of another file that would kill the mutant is not run (the score is then
 # a lower bound), which is the price of skipping mutmut's stats pass
@@ -138,27 +243,52 @@ QUICK_TESTS = {
         "tests/test_teacher_fingerprint.py",
         "tests/test_teacher.py",
     ],
+    "hf_tlaser/inference/embed.py": ["tests/test_embed.py", "tests/test_reliability.py"],
+    "hf_tlaser/inference/mine.py": ["tests/test_mine.py", "tests/test_reliability.py"],
+    "hf_tlaser/inference/export.py": ["tests/test_export.py", "tests/test_reliability.py", "tests/test_backends.py"],
+    "hf_tlaser/inference/lines.py": ["tests/test_reliability.py", "tests/test_embed.py", "tests/test_mine.py"],
+    "hf_tlaser/inference/guards.py": ["tests/test_reliability.py", "tests/test_embed.py", "tests/test_mine.py"],
+    "hf_tlaser/inference/store.py": ["tests/test_embed.py", "tests/test_reliability.py", "tests/test_mine.py"],
+    "hf_tlaser/backends.py": [
+        "tests/test_backends.py",
+        "tests/test_export.py",
+        "tests/test_reliability.py",
+        "tests/test_teacher_fingerprint.py",
+    ],
 }
 STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests", 36: "timeout", 24: "timeout"}
 STATUS.update({-24: "timeout", 152: "timeout", 255: "timeout", None: "not checked"})
 
 
-def test_files(tree: Path) -> list[str]:
-    """The files of ``TEST_FILES`` that ``tree`` has."""
-    return [path for path in TEST_FILES if (tree / path).is_file()]
+def mutated_files(modules: list[str]) -> list[str]:
+    """The files the ``modules`` mutate."""
+    return sorted({path for module in modules for path in MODULES[module]})
 
 
-def mutmut_config(tree: Path) -> str:
-    """The ``[tool.mutmut]`` table appended to the work dir's copy of pyproject.toml."""
-    files = sorted({path for spec in MODULES.values() for path in spec})
+def test_files(tree: Path, modules: list[str]) -> list[str]:
+    """The files of the ``modules``' ``TEST_FILES`` that ``tree`` has, each once."""
+    files = dict.fromkeys(path for module in modules for path in TEST_FILES[module])
+    return [path for path in files if (tree / path).is_file()]
+
+
+def deselect(modules: list[str]) -> str:
+    """The ``-k`` expression of the tests mutmut's own run leaves out: ``DESELECT``, and ``STATS_DESELECT`` where the
+    ``modules`` mutate a file under ``REMOTE_CODE`` (--quick leaves out ``DESELECT`` only)."""
+    remote = any(path.startswith(REMOTE_CODE) for path in mutated_files(modules))
+    return f"{DESELECT} and {STATS_DESELECT}" if remote else DESELECT
+
+
+def mutmut_config(tree: Path, modules: list[str]) -> str:
+    """The ``[tool.mutmut]`` table appended to the work dir's copy of pyproject.toml: the ``modules``' files mutated,
+    their test files run."""
     return "\n".join(
         [
             "",
             "[tool.mutmut]",
             'source_paths = ["hf_tlaser"]',
-            f"only_mutate = {json.dumps(files)}",
-            f"pytest_add_cli_args_test_selection = {json.dumps(test_files(tree))}",
-            f"pytest_add_cli_args = {json.dumps(['-p', 'no:cacheprovider', '-k', DESELECT])}",
+            f"only_mutate = {json.dumps(mutated_files(modules))}",
+            f"pytest_add_cli_args_test_selection = {json.dumps(test_files(tree, modules))}",
+            f"pytest_add_cli_args = {json.dumps(['-p', 'no:cacheprovider', '-k', deselect(modules)])}",
             # torch is not fork-safe once it has run: each mutant forks from a server that has only collected
             'process_isolation = "forkserver"',
             "use_git_change_detection = false",
@@ -168,8 +298,9 @@ def mutmut_config(tree: Path) -> str:
     )
 
 
-def prepare(tree: Path, workdir: Path) -> None:
-    """Copy the tree's code and tests into a fresh ``workdir`` (only one this script made is replaced)."""
+def prepare(tree: Path, workdir: Path, modules: list[str]) -> None:
+    """Copy the tree's code and tests into a fresh ``workdir`` (only one this script made is replaced), configured to
+    mutate the ``modules``."""
     if workdir.exists():
         if not (workdir / MARKER).exists():
             sys.exit(f"error: --workdir {workdir} exists and was not made by this script; pick another folder")
@@ -179,7 +310,7 @@ def prepare(tree: Path, workdir: Path) -> None:
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     for name in ("hf_tlaser", "tests"):
         shutil.copytree(tree / name, workdir / name, ignore=ignore)
-    (workdir / "pyproject.toml").write_text((tree / "pyproject.toml").read_text() + mutmut_config(tree))
+    (workdir / "pyproject.toml").write_text((tree / "pyproject.toml").read_text() + mutmut_config(tree, modules))
 
 
 def function_of(name: str) -> str:
@@ -215,8 +346,9 @@ def def_lines(source: str) -> dict[str, int]:
     return lines
 
 
-def list_mutants(workdir: Path) -> list[dict]:
-    """Every mutant of the selected functions: module, key (mutmut's name), file, line, function, removed, added."""
+def list_mutants(workdir: Path, modules: list[str]) -> list[dict]:
+    """Every mutant of the ``modules``' selected functions: module, key (mutmut's name), file, line, function,
+    removed, added."""
     os.chdir(workdir)  # mutmut reads its config from the current folder
     import libcst as cst
     from mutmut.mutation.diff_apply import find_top_level_function_or_method
@@ -224,8 +356,8 @@ def list_mutants(workdir: Path) -> list[dict]:
     from mutmut.utils.format_utils import get_mutant_name
 
     rows = []
-    for module, spec in MODULES.items():
-        for path, patterns in spec.items():
+    for module in modules:
+        for path, patterns in MODULES[module].items():
             source = Path(path).read_text()
             mutated = mutate_file_contents(path, source)
             tree = cst.parse_module(mutated.code)
@@ -417,11 +549,11 @@ def one_line(row: dict) -> str:
     return f"`{' / '.join(row['removed']) or '(nothing)'}` -> `{' / '.join(row['added']) or '(removed)'}`"
 
 
-def report(sample: list[dict], header: str) -> str:
-    """Markdown: a score table per module and the survivors grouped by module."""
+def report(sample: list[dict], header: str, modules: list[str]) -> str:
+    """Markdown: a score table per module of ``modules`` and the survivors grouped by module."""
     lines = [header, "", "| module | sample | run | killed | survived | timeout | no tests | other | score |"]
     lines.append("|---" * 9 + "|")
-    for module in MODULES:
+    for module in modules:
         counts = Counter(row["status"] for row in sample if row["module"] == module)
         run = sum(counts.values()) - counts["not checked"]
         other = run - sum(counts[k] for k in ("killed", "survived", "timeout", "no tests"))
@@ -435,7 +567,7 @@ def report(sample: list[dict], header: str) -> str:
         "Score: (killed + timeout) / run. 'no tests': no selected test calls the function (counted as surviving).",
         "",
     ]
-    for module in MODULES:
+    for module in modules:
         alive = [row for row in sample if row["module"] == module and row["status"] in ("survived", "no tests")]
         lines.append(f"### {module}: {len(alive)} surviving")
         lines.append("")
@@ -452,7 +584,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=None, help="scratch folder (default: /tmp/mutation-TREENAME)")
     parser.add_argument("--sample", type=int, default=30, help="mutants per module; 0: all (default 30)")
     parser.add_argument("--seed", type=int, default=34)
-    parser.add_argument("--modules", default=",".join(MODULES), help="comma-separated subset of " + ",".join(MODULES))
+    parser.add_argument(
+        "--modules",
+        default=None,
+        help="comma-separated subset of " + ",".join(MODULES) + " (default: all); only their files are mutated and "
+        "only their tests run",
+    )
     parser.add_argument("--list", action="store_true", help="print the sample and stop")
     parser.add_argument(
         "--quick",
@@ -475,10 +612,12 @@ def main(argv: list[str] | None = None) -> int:
     if found != MUTMUT_VERSION:
         print(f"error: needs mutmut=={MUTMUT_VERSION} (found {found}); pip install mutmut=={MUTMUT_VERSION}")
         return 2
-    unknown = set(args.modules.split(",")) - set(MODULES)
-    if unknown:
+    asked = [name.strip() for name in (args.modules or ",".join(MODULES)).split(",") if name.strip()]
+    unknown = set(asked) - set(MODULES)
+    if unknown or not asked:
         print(f"error: --modules: unknown {sorted(unknown)}; choose among {','.join(MODULES)}")
         return 2
+    modules = [module for module in MODULES if module in asked]
     if args.report and args.report.exists() and not args.force:
         print(f"error: --report {args.report} exists; pass --force to overwrite it")
         return 2
@@ -494,43 +633,49 @@ def main(argv: list[str] | None = None) -> int:
         saved = json.loads(sample_file.read_text())
         sample, header = saved["sample"], saved["header"]
         tree = Path(saved.get("tree", tree))
+        listed = saved.get("modules") or [module for module in MODULES if any(r["module"] == module for r in sample)]
+        if args.modules and modules != listed:  # the work dir mutates the listed modules' files only
+            print(f"error: --workdir {workdir} was listed with --modules {','.join(listed)}; list it again")
+            return 2
+        modules = listed
         if args.sample:  # the first --sample of each module's listed ones (the same draw as --sample at --list)
             ranked = sorted(sample, key=lambda row: row["rank"])
-            sample = [row for module in MODULES for row in [r for r in ranked if r["module"] == module][: args.sample]]
+            sample = [row for module in modules for row in [r for r in ranked if r["module"] == module][: args.sample]]
             header = re.sub(r"sample \S+ per module", f"sample {args.sample} per module", header)
     else:
         if not (tree / "hf_tlaser").is_dir():
             print(f"error: --tree {tree} has no hf_tlaser/ folder")
             return 2
-        prepare(tree, workdir)
-        wanted = set(args.modules.split(","))
-        sample = [row for row in draw(list_mutants(workdir), args.sample, args.seed) if row["module"] in wanted]
+        prepare(tree, workdir, modules)
+        sample = draw(list_mutants(workdir, modules), args.sample, args.seed)
         git = ["git", "-C", str(tree)]
         commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
         dirty = subprocess.run([*git, "status", "--porcelain"], capture_output=True, text=True)
         state = commit.stdout.strip() + (" + uncommitted edits" if dirty.stdout.strip() else "")
         header = (
-            f"mutmut {MUTMUT_VERSION} on {tree} ({state}); sample {args.sample or 'all'} per module, "
-            f"seed {args.seed}; tests: {' '.join(test_files(tree))}; -k '{DESELECT}'"
+            f"mutmut {MUTMUT_VERSION} on {tree} ({state}); modules {','.join(modules)}; sample {args.sample or 'all'} "
+            f"per module, seed {args.seed}; tests: {' '.join(test_files(tree, modules))}; -k '{deselect(modules)}'"
         )
-        sample_file.write_text(json.dumps(dict(header=header, tree=str(tree), sample=sample), indent=1))
+        save = dict(header=header, tree=str(tree), modules=modules, sample=sample)
+        sample_file.write_text(json.dumps(save, indent=1))
         if args.list:
             for row in sample:
-                print(f"{row['module']:8} {row['file']}:{row['line']} {row['key']}: {one_line(row)}")
+                print(f"{row['module']:9} {row['file']}:{row['line']} {row['key']}: {one_line(row)}")
             return 0
     if not args.report_only:
         start = time.monotonic()
         if args.quick:
             generate_mutants(workdir, workdir / "mutmut.log")
             run_quick(workdir, sample, args.timeout, workdir / "quick.log")
-            header += "; --quick (no mutmut stats pass; tests per mutated file: QUICK_TESTS)"
+            header += f"; --quick (no mutmut stats pass; tests per mutated file: QUICK_TESTS; -k '{DESELECT}')"
         else:
             run_mutmut(workdir, [row["key"] for row in sample], workdir / "mutmut.log")
         header += f"; {(time.monotonic() - start) / 60:.1f} min wall"
-        sample_file.write_text(json.dumps(dict(header=header, tree=str(tree), sample=sample), indent=1))
+        save = dict(header=header, tree=str(tree), modules=modules, sample=sample)
+        sample_file.write_text(json.dumps(save, indent=1))
     results(workdir, sample)
     (workdir / "results.json").write_text(json.dumps(sample, indent=1))
-    text = report(sample, header)
+    text = report(sample, header, modules)
     if report_path:
         report_path.write_text(text + "\n")
     else:

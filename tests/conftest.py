@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -83,6 +85,12 @@ def st_folder(tmp_path_factory, tokenizer):
 def tlaser_folder(tmp_path_factory, tokenizer, tiny_tlaser_kwargs):
     """A tiny random T-LASER folder for de and en with ``tokenizer``; read-only."""
     return save_tiny_tlaser(tmp_path_factory.mktemp("tlaser") / "model", tokenizer, tiny_tlaser_kwargs)
+
+
+@pytest.fixture
+def writable_tlaser_folder(tmp_path, tlaser_folder):
+    """A copy of ``tlaser_folder`` that a test may write into (an evaluation's ``eval/``)."""
+    return Path(shutil.copytree(tlaser_folder, tmp_path / "model"))
 
 
 @pytest.fixture(scope="session")

@@ -9,11 +9,9 @@ import json
 
 import numpy as np
 import pytest
-import torch
 from test_eval_reports import toy_embed
 
 import hf_tlaser
-from hf_tlaser import TLaserConfig, TLaserForTranslation, save_tokenizer
 from hf_tlaser.data.corpora import FLORES_CODES, FLORES_FILES, flores_file, flores_languages
 from hf_tlaser.errors import MissingDataError, UsageError
 from hf_tlaser.evaluation import cli
@@ -133,16 +131,7 @@ def test_english_summary_gives_mean_worst_five_and_languages_worse_than_each_ref
     assert table[4].endswith("| - | - |")
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory, tokenizer, tiny_tlaser_kwargs):
-    torch.manual_seed(0)
-    folder = tmp_path_factory.mktemp("tiny_flores") / "model"
-    TLaserForTranslation(TLaserConfig(**tiny_tlaser_kwargs)).save_pretrained(folder)
-    save_tokenizer(tokenizer, folder)
-    return folder
-
-
-def test_evaluate_cli_over_many_flores_languages(model_dir, monkeypatch, capsys):
+def test_evaluate_cli_over_many_flores_languages(writable_tlaser_folder, monkeypatch, capsys):
     calls = []
 
     def encode(model, tokenizer, texts, **kwargs):
@@ -152,7 +141,7 @@ def test_evaluate_cli_over_many_flores_languages(model_dir, monkeypatch, capsys)
     monkeypatch.setattr(hf_tlaser, "encode", encode)  # the wiring is under test, not the model
     monkeypatch.setattr(cli, "lexical_reference", functools.partial(lexical_reference, svd_dim=16))
     argv = [
-        str(model_dir),
+        str(writable_tlaser_folder),
         "--suite",
         "retrieval",
         "--retrieval-sets",
@@ -161,14 +150,14 @@ def test_evaluate_cli_over_many_flores_languages(model_dir, monkeypatch, capsys)
         ",".join(TWELVE),
     ]
     assert main([*argv, "--projection", "none", "--precision", "fp32"]) == 0
-    results = json.loads((model_dir / "eval" / "results.json").read_text())
+    results = json.loads((writable_tlaser_folder / "eval" / "results.json").read_text())
     assert results["retrieval"]["directions"] == {"flores-devtest": "english"}
     assert results["retrieval"]["matrices"]["flores-devtest"]["ratio"]["langs"] == TWELVE
     printed = capsys.readouterr().out
     assert "flores-devtest xsim % (absolute, 22 directions)" in printed
     assert "worst 5 (mean of both directions)" in printed and "| tfidf-char (lexical reference) | 11 |" in printed
     assert "| sw ↔ en |" not in printed  # many languages: the summary, not one row per language
-    report = (model_dir / "eval" / "report.md").read_text()
+    report = (writable_tlaser_folder / "eval" / "report.md").read_text()
     assert (
         "| sw ↔ en |" in report and "flores-devtest: xsim error % to and from English, summary (ratio margin)" in report
     )

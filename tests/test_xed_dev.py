@@ -12,9 +12,7 @@ import unicodedata
 
 import numpy as np
 import pytest
-import torch
 
-from hf_tlaser import TLaserConfig, TLaserForTranslation, save_tokenizer
 from hf_tlaser.data.corpora import (
     REGISTRY,
     XED_DEV_FILMS,
@@ -120,19 +118,18 @@ def test_pair_sets_are_scored_to_and_from_english_only():
         retrieval_sets_for(["de", "fr"], ["xed-dev"])
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory, tokenizer, tiny_tlaser_kwargs):
-    torch.manual_seed(0)
-    folder = tmp_path_factory.mktemp("tiny_xed") / "model"
-    TLaserForTranslation(TLaserConfig(**tiny_tlaser_kwargs)).save_pretrained(folder)
-    save_tokenizer(tokenizer, folder)
-    return folder
-
-
-def test_evaluate_cli_on_xed_dev(model_dir, capsys):
-    argv = [str(model_dir), "--suite", "retrieval", "--retrieval-sets", "xed-dev", "--languages", "en,de,ru"]
+def test_evaluate_cli_on_xed_dev(writable_tlaser_folder, capsys):
+    argv = [
+        str(writable_tlaser_folder),
+        "--suite",
+        "retrieval",
+        "--retrieval-sets",
+        "xed-dev",
+        "--languages",
+        "en,de,ru",
+    ]
     assert main([*argv, "--no-references", "--projection", "none", "--precision", "fp32"]) == 0
-    results = json.loads((model_dir / "eval" / "results.json").read_text())
+    results = json.loads((writable_tlaser_folder / "eval" / "results.json").read_text())
     retrieval = results["retrieval"]
     assert (
         retrieval["pair_sizes"] == {"xed-dev": {"de": 500, "ru": 280}}
@@ -143,5 +140,5 @@ def test_evaluate_cli_on_xed_dev(model_dir, capsys):
     assert cells[1][2] is None and all(cells[i][0] is not None and cells[0][i] is not None for i in (1, 2))
     printed = capsys.readouterr().out
     assert "xed-dev xsim % (absolute, 4 directions)" in printed and "| ru ↔ en |" in printed
-    report = (model_dir / "eval" / "report.md").read_text()
+    report = (writable_tlaser_folder / "eval" / "report.md").read_text()
     assert "xed-dev: xsim error % to and from English per language (ratio margin)" in report

@@ -125,8 +125,11 @@ def test_model_fills_the_memory_in_training_only(tokenizer, tiny_tlaser_kwargs):
     model.train()
     plain.train()
     assert evaluated.loss_align > plain(**{k: v for k, v in second.items() if k != "text_keys"}).loss_align
-    model(**second)
+    model(**second).loss.backward()  # fp32: the product with the full memory is saved for the backward pass
     assert int(model.negative_memory.position) == 4  # 4 new rows, over the oldest
+    third = model(**first)
+    third.loss.backward()  # the memory overwritten after this forward must not break its backward
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
     with pytest.raises(ValueError, match="text_keys"):
         model(**{k: v for k, v in second.items() if k != "text_keys"})
     with pytest.raises(ValueError, match="align_loss_weight"):

@@ -203,8 +203,11 @@ class NegativeMemory(nn.Module):
             vectors, keys = vectors[fits:], keys[fits:]
             if not len(vectors):
                 return
-        slots = (self.position + torch.arange(len(vectors), device=vectors.device)) % self.size
-        self.vectors[slots], self.keys[slots] = vectors.to(self.vectors.device), keys.to(self.keys.device)
+        slots = (self.position + torch.arange(len(vectors), device=self.vectors.device)) % self.size
+        # out of place: the loss of this micro-batch may still hold the old tensor for its backward pass (in fp32
+        # the product with the memory saves the buffer itself)
+        self.vectors = self.vectors.index_copy(0, slots, vectors.to(self.vectors.device))
+        self.keys = self.keys.index_copy(0, slots, keys.to(self.keys.device))
         self.position.copy_((self.position + len(vectors)) % self.size)
 
     def mask(

@@ -51,8 +51,9 @@ def test_one_run_gives_the_model_vectors_and_counts(tlaser_folder, input_file, l
     assert meta["format"] == "hf_tlaser-embeddings/1" and meta["count"] == meta["lines"] == len(lines) == 72
     assert (meta["start"], meta["stop"], meta["shard"], meta["input_lines"]) == (0, 72, None, 72)
     assert (meta["truncated"], meta["empty"], meta["precision"], meta["documents"]) == (1, 1, "fp32", None)
-    assert len(meta["fingerprint"]) == 64 and not meta["normalized"]
+    assert len(meta["fingerprint"]) == 64 and not meta["normalized"] and meta["model"] == str(tlaser_folder)
     assert sorted(os.listdir(tmp_path)) == ["out.npy", "out.npy.json"]  # the run's partial files are gone
+    assert os.path.getsize(tmp_path / "out.npy") == vectors.offset + vectors.nbytes  # allocated as the rows need
     assert "truncated: 1" in capsys.readouterr().out
 
 

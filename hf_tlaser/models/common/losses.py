@@ -330,11 +330,11 @@ def distance_constrained_loss(
         )
     if memory is not None and text_keys is None:
         raise ValueError("a negative memory needs the batch's text_keys (TranslationCollator(with_text_keys=True))")
-    # each encoded row's group, and the target text it was paired with (a row of several pairs: its last one)
-    row_group = groups.new_zeros(len(vectors)).scatter_(0, pairs[:, 0], groups).scatter_(0, pairs[:, 1], groups)
     if config.align_loss_weight > 0:
         negatives = memory_mask = None
         if memory is not None and len(memory):
+            # each encoded row's group
+            row_group = groups.new_zeros(len(vectors)).scatter_(0, pairs[:, 0], groups).scatter_(0, pairs[:, 1], groups)
             negatives, memory_mask = memory.vectors, memory.mask(text_keys, row_group, groups)
         out.loss_align = align_loss(
             p_a, p_b, config.align_scale, groups, config.align_margin, negatives, memory_mask
@@ -343,6 +343,7 @@ def distance_constrained_loss(
         total = total + config.align_loss_weight * out.loss_align * out.num_tokens
     if memory is not None and remember:
         rows = pairs.flatten().unique()
+        # the target text each row was paired with (a row of several pairs: its last one)
         anchor = text_keys.clone().scatter_(0, pairs[:, 0], text_keys[pairs[:, 1]])
         memory.add(vectors[rows], text_keys[rows], anchor[rows])
     return total

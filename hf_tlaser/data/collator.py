@@ -28,6 +28,11 @@ def text_keys(texts: Sequence[str]) -> torch.LongTensor:
     return torch.tensor([text_key(text) for text in texts], dtype=torch.long)
 
 
+def language_keys(languages: Sequence[str]) -> torch.LongTensor:
+    """A stable key of each language code, LongTensor[N] (``text_key`` of ``"lang:" + code``: never 0)."""
+    return text_keys([f"lang:{lang}" for lang in languages])
+
+
 def pad_labels(sequences: Sequence[Sequence[int]]) -> torch.Tensor:
     """Token id sequences -> ``[N, longest]`` LongTensor, right-padded with -100."""
     labels = torch.full((len(sequences), max(map(len, sequences))), IGNORE_INDEX, dtype=torch.long)
@@ -53,7 +58,8 @@ class TranslationCollator:
     model never takes a translation of the same group as a negative).
 
     With ``with_text_keys`` both modes also carry ``text_keys`` [R]: the ``text_key`` of each encoded row (pair mode:
-    the sources, then the targets), by which a cross-batch memory of negatives leaves out the same sentences.
+    the sources, then the targets), by which a cross-batch memory of negatives leaves out the same sentences, and
+    ``text_languages`` [R]: the ``language_keys`` of each row's language, by which it can keep one language's entries.
     """
 
     def __init__(
@@ -128,11 +134,14 @@ class TranslationCollator:
             check_languages([src_lang], self.languages, what="source language")
             batch["src_lang"] = torch.full((len(examples),), self.languages.index(src_lang), dtype=torch.long)
         if self.with_text_keys:
-            batch["text_keys"] = text_keys(sources + targets if self.with_target_encoding else sources)
+            rows = sources + targets if self.with_target_encoding else sources
+            batch["text_keys"] = text_keys(rows)
+            batch["text_languages"] = language_keys([src_lang] * len(sources) + [tgt_lang] * (len(rows) - len(sources)))
         return batch
 
     def _multiway_batch(self, examples: list[dict[str, str | None]]) -> dict[str, torch.Tensor]:
         sentences: list[str] = []
+        sentence_langs: list[str] = []
         targets: list[str] = []
         tgt_lang: list[int] = []
         pair_index: list[tuple[int, int]] = []
@@ -144,6 +153,7 @@ class TranslationCollator:
                 if any(lang in direction for direction in directions):
                     row_of[lang] = len(sentences)
                     sentences.append(ex[lang])
+                    sentence_langs.append(lang)
             for a, b in directions:
                 pair_index.append((row_of[a], row_of[b]))
                 group_index.append(group)
@@ -153,7 +163,11 @@ class TranslationCollator:
             raise ValueError(f"no curriculum pair {self.pairs} present in this micro-batch")
         input_ids, attention_mask = self._encode(sentences)
         pairs = torch.tensor(pair_index, dtype=torch.long)
-        keys = {"text_keys": text_keys(sentences)} if self.with_text_keys else {}
+        keys = (
+            {"text_keys": text_keys(sentences), "text_languages": language_keys(sentence_langs)}
+            if self.with_text_keys
+            else {}
+        )
         return {
             **keys,
             "input_ids": input_ids,

@@ -136,6 +136,7 @@ def align_loss(
     margin: float = 0.0,
     memory: torch.Tensor | None = None,
     memory_mask: torch.Tensor | None = None,
+    memory_mask_ba: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """In-batch alignment loss (Lightweight Dual Transformer, eq. 5), summed over the batch.
 
@@ -147,7 +148,8 @@ def align_loss(
     ``margin``: LaBSE's additive margin softmax (Yang et al. 2019, Feng et al. 2022): the positive's cosine minus
     ``margin`` before scaling, in both directions. ``memory`` [N, d]: unit vectors of earlier batches (a cross-batch
     memory, Wang et al. 2020) as extra negatives of every row, in both directions, without gradient;
-    ``memory_mask`` [B, N] (True: not a negative of pair i, e.g. the same text or a translation of it).
+    ``memory_mask`` [B, N] (True: not a negative of pair i, e.g. the same text or a translation of it), for the
+    a -> b direction (a's row finds b among the negatives); ``memory_mask_ba`` [B, N] for b -> a (default: the same).
     """
     a, b = F.normalize(p_a.float(), dim=-1), F.normalize(p_b.float(), dim=-1)
     cosine = a @ b.T
@@ -162,15 +164,15 @@ def align_loss(
         extra_ab, extra_ba = scale * (a @ memory.T), scale * (b @ memory.T)  # [B, N] each
         if memory_mask is not None:
             extra_ab = extra_ab.masked_fill(memory_mask, float("-inf"))
-            extra_ba = extra_ba.masked_fill(memory_mask, float("-inf"))
+            extra_ba = extra_ba.masked_fill(memory_mask if memory_mask_ba is None else memory_mask_ba, float("-inf"))
         logits, logits_ba = torch.cat([logits, extra_ab], dim=1), torch.cat([logits_ba, extra_ba], dim=1)
     return F.cross_entropy(logits, target, reduction="sum") + F.cross_entropy(logits_ba, target, reduction="sum")
 
 
 class NegativeMemory(nn.Module):
     """A cross-batch memory (XBM, Wang et al. 2020; MoCo's queue): the unit sentence vectors of the last ``size``
-    encoded rows of earlier micro-batches, with the keys of their text and of their pair's target text, used as
-    extra negatives of the alignment loss. Entries get no gradient; the oldest are overwritten first.
+    encoded rows of earlier micro-batches, with the keys of their text, of their pair's target text and of their
+    language, used as extra negatives of the alignment loss. Entries get no gradient; the oldest are overwritten first.
 
     Buffers are not saved with the model (``persistent=False``); a training checkpoint carries them in its own file
     (``state`` / ``load_state``), so a resumed run sees the negatives of the uninterrupted one."""
@@ -181,18 +183,22 @@ class NegativeMemory(nn.Module):
             raise ValueError(f"negative_memory_size={size}; expected at least 1 (0 means no memory)")
         self.size = size
         self.register_buffer("vectors", torch.zeros(0, 0), persistent=False)  # [filled, d], allocated at first use
-        self.register_buffer("keys", torch.zeros(0, 2, dtype=torch.long), persistent=False)  # [filled, (own, anchor)]
+        # [filled, (own text, pair's target text, language)]
+        self.register_buffer("keys", torch.zeros(0, 3, dtype=torch.long), persistent=False)
         self.register_buffer("position", torch.zeros((), dtype=torch.long), persistent=False)  # next slot to write
 
     def __len__(self) -> int:
         return len(self.vectors)
 
     @torch.no_grad()
-    def add(self, vectors: torch.Tensor, own: torch.LongTensor, anchor: torch.LongTensor) -> None:
-        """Write ``vectors`` [M, d] (normalised, detached, fp32) with their text keys ``own`` [M] and their pair's
-        target keys ``anchor`` [M], over the oldest entries once the memory is full."""
+    def add(
+        self, vectors: torch.Tensor, own: torch.LongTensor, anchor: torch.LongTensor, language: torch.LongTensor
+    ) -> None:
+        """Write ``vectors`` [M, d] (normalised, detached, fp32) with their text keys ``own`` [M], their pair's
+        target keys ``anchor`` [M] and their language keys ``language`` [M], over the oldest entries once the memory
+        is full."""
         vectors = F.normalize(vectors.detach().float(), dim=-1)[-self.size :]
-        keys = torch.stack([own, anchor], dim=1)[-self.size :]
+        keys = torch.stack([own, anchor, language], dim=1)[-self.size :]
         if len(self) < self.size:  # still filling: append what fits, the rest overwrites from slot 0
             if not len(self):
                 self.vectors = vectors.new_zeros(0, vectors.shape[1])
@@ -217,21 +223,27 @@ class NegativeMemory(nn.Module):
         translated into, is the text of a sentence of p's group (the same sentence seen earlier, or a translation of
         it through a shared English or Spanish target). ``row_keys`` [R] and ``row_group`` [R]: each encoded row's
         text key and group; ``pair_group`` [P]: each pair's group."""
-        hits = (row_keys[:, None, None] == self.keys[None]).any(-1)  # [R, N]
+        hits = (row_keys[:, None, None] == self.keys[None, :, :2]).any(-1)  # [R, N]
         per_group = torch.zeros(int(row_group.max()) + 1, len(self), device=hits.device)
         per_group.index_add_(0, row_group, hits.float())
         return per_group[pair_group] > 0
+
+    def other_language(self, languages: torch.LongTensor) -> torch.Tensor:
+        """[P, N] True where entry n is not in language ``languages[p]`` (language keys, [P])."""
+        return self.keys[None, :, 2] != languages[:, None]
 
     def state(self) -> dict[str, torch.Tensor]:
         """The memory's tensors, for a checkpoint."""
         return {"vectors": self.vectors.contiguous(), "keys": self.keys.contiguous(), "position": self.position}
 
     def load_state(self, state: dict[str, torch.Tensor]) -> None:
-        """Restore ``state`` (a checkpoint's); ValueError if it holds more entries than the memory."""
+        """Restore ``state`` (a checkpoint's); ValueError if it holds more entries than the memory. Entries of a
+        checkpoint written before the memory kept languages get language key 0, which no language has."""
         if len(state["vectors"]) > self.size:
             raise ValueError(f"{len(state['vectors'])} saved entries do not fit negative_memory_size={self.size}")
         device = self.position.device
-        self.vectors, self.keys = state["vectors"].to(device), state["keys"].to(device)
+        keys = F.pad(state["keys"], (0, 3 - state["keys"].shape[1]))
+        self.vectors, self.keys = state["vectors"].to(device), keys.to(device)
         self.position = state["position"].to(device)
 
 
@@ -282,6 +294,7 @@ def distance_constrained_loss(
     memory: NegativeMemory | None = None,
     text_keys: torch.LongTensor | None = None,
     remember: bool = False,
+    text_languages: torch.LongTensor | None = None,
 ) -> torch.Tensor:
     """Eq. (10) summed over a batch: ``config.distance_mt_weight`` (0.5) * l_mt + beta * sum_i d_p(i) + lambda / N_s
     * sum_j sum_i hinge (eq. 7-9), plus ``align_loss_weight`` * the alignment loss; ``out.loss_mt`` alone without
@@ -294,7 +307,10 @@ def distance_constrained_loss(
 
     ``memory`` (``config.negative_memory_size`` > 0): the alignment loss also takes its entries as negatives, except
     those whose text or target text is a sentence of the pair's group (``text_keys`` [R]: a key of each row's text,
-    the collator's ``text_key``); with ``remember`` (training) the batch's rows are written into it after the loss.
+    the collator's ``text_key``); with ``remember`` (training) the batch's rows are written into it after the loss,
+    with their languages (``text_languages`` [R], the collator's ``language_keys``). With
+    ``config.negative_memory_same_language`` each direction keeps only the entries in the language of the sentence
+    it must find: a -> b those in b's language, b -> a those in a's.
     """
     if pair_index is None or not (config.distance_beta > 0 or config.align_loss_weight > 0):
         return out.loss_mt
@@ -328,16 +344,22 @@ def distance_constrained_loss(
             dist.hinge.detach().mean() / 2,
             dist.v_norm.detach(),
         )
-    if memory is not None and text_keys is None:
-        raise ValueError("a negative memory needs the batch's text_keys (TranslationCollator(with_text_keys=True))")
+    if memory is not None and (text_keys is None or text_languages is None):
+        raise ValueError(
+            "a negative memory needs the batch's text_keys and text_languages "
+            "(TranslationCollator(with_text_keys=True))"
+        )
     if config.align_loss_weight > 0:
-        negatives = memory_mask = None
+        negatives = memory_mask = memory_mask_ba = None
         if memory is not None and len(memory):
             # each encoded row's group
             row_group = groups.new_zeros(len(vectors)).scatter_(0, pairs[:, 0], groups).scatter_(0, pairs[:, 1], groups)
             negatives, memory_mask = memory.vectors, memory.mask(text_keys, row_group, groups)
+            if getattr(config, "negative_memory_same_language", False):
+                memory_mask_ba = memory_mask | memory.other_language(text_languages[pairs[:, 0]])
+                memory_mask = memory_mask | memory.other_language(text_languages[pairs[:, 1]])
         out.loss_align = align_loss(
-            p_a, p_b, config.align_scale, groups, config.align_margin, negatives, memory_mask
+            p_a, p_b, config.align_scale, groups, config.align_margin, negatives, memory_mask, memory_mask_ba
         ) / len(pairs)
         # a per-pair mean next to the per-token translation loss: scaled to this batch's share of the update
         total = total + config.align_loss_weight * out.loss_align * out.num_tokens
@@ -345,5 +367,5 @@ def distance_constrained_loss(
         rows = pairs.flatten().unique()
         # the target text each row was paired with (a row of several pairs: its last one)
         anchor = text_keys.clone().scatter_(0, pairs[:, 0], text_keys[pairs[:, 1]])
-        memory.add(vectors[rows], text_keys[rows], anchor[rows])
+        memory.add(vectors[rows], text_keys[rows], anchor[rows], text_languages[rows])
     return total

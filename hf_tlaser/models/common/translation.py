@@ -277,6 +277,7 @@ class TranslationMixin(GenerationMixin):
         pair_index: torch.LongTensor | None,
         group_index: torch.LongTensor | None,
         text_keys: torch.LongTensor | None,
+        text_languages: torch.LongTensor | None = None,
     ) -> torch.Tensor:
         """l_mt plus the losses on the sentence vectors of the translation pairs (``distance_constrained_loss``: eq.
         10 and the alignment loss), with the cross-batch memory of ``config.negative_memory_size`` (created at the
@@ -287,7 +288,15 @@ class TranslationMixin(GenerationMixin):
                 self.negative_memory = NegativeMemory(self.config.negative_memory_size).to(vectors.device)
             memory = self.negative_memory
         return distance_constrained_loss(
-            out, vectors, pair_index, group_index, self.config, memory, text_keys, remember=self.training
+            out,
+            vectors,
+            pair_index,
+            group_index,
+            self.config,
+            memory,
+            text_keys,
+            remember=self.training,
+            text_languages=text_languages,
         )
 
     def set_loss(

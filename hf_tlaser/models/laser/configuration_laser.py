@@ -55,6 +55,10 @@ class LaserConfig(PretrainedConfig):
             of the last N encoded rows of earlier micro-batches, extra negatives of the alignment loss (no gradient
             through them; an entry whose text or pair target is a sentence of the pair's group is left out). Needs
             ``align_loss_weight`` > 0. 0: in-batch negatives only.
+        negative_memory_same_language (`bool`, False): each direction of a pair keeps only the memory's entries in
+            the language of the sentence it must find (a -> b: those in b's language; b -> a: those in a's), as in
+            retrieval, where a query meets candidates of one language. False: every entry of the memory. Needs
+            ``negative_memory_size`` > 0.
         pad_token_id, unk_token_id, eos_token_id, cls_token_id, decoder_start_token_id (`int`, 0/1/2/3/2): special
             ids of the shared tokenizer (``cls`` is STR_TAG; see ``TLaserConfig``).
         tie_word_embeddings (`bool`, False): must stay False; the output projection (decoder_hidden_size wide)
@@ -93,6 +97,7 @@ class LaserConfig(PretrainedConfig):
         align_scale: float = 20.0,
         align_margin: float = 0.0,
         negative_memory_size: int = 0,
+        negative_memory_same_language: bool = False,
         pad_token_id: int = 0,
         unk_token_id: int = 1,
         eos_token_id: int = 2,
@@ -127,6 +132,7 @@ class LaserConfig(PretrainedConfig):
         self.align_scale = align_scale
         self.align_margin = align_margin
         self.negative_memory_size = negative_memory_size
+        self.negative_memory_same_language = negative_memory_same_language
         self.unk_token_id = unk_token_id
         self.cls_token_id = cls_token_id
         super().__init__(
@@ -176,6 +182,11 @@ class LaserConfig(PretrainedConfig):
             raise ValueError(
                 f"LaserConfig: negative_memory_size={self.negative_memory_size} must be >= 0, and > 0 only with "
                 "align_loss_weight > 0 (the memory's negatives are the alignment loss's)"
+            )
+        if self.negative_memory_same_language and not self.negative_memory_size:
+            raise ValueError(
+                "LaserConfig: negative_memory_same_language=True needs negative_memory_size > 0 (it chooses among the "
+                "memory's entries)"
             )
         if not 0.0 <= self.align_margin < 2.0:
             raise ValueError(f"LaserConfig: align_margin={self.align_margin} must be in [0, 2) (a cosine margin)")

@@ -210,6 +210,7 @@ class LaserForTranslation(TranslationMixin, LaserPreTrainedModel):
         pair_index: torch.LongTensor | None = None,
         group_index: torch.LongTensor | None = None,
         text_keys: torch.LongTensor | None = None,
+        text_languages: torch.LongTensor | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
         sentence_embeddings: torch.Tensor | None = None,
         cache: TranslationCache | None = None,
@@ -233,7 +234,7 @@ class LaserForTranslation(TranslationMixin, LaserPreTrainedModel):
             cache=cache,
         )
         if labels is not None:
-            total = self.pair_loss(out, vectors, pair_index, group_index, text_keys)  # l_mt (+ eq. 10)
+            total = self.pair_loss(out, vectors, pair_index, group_index, text_keys, text_languages)  # l_mt (+ eq. 10)
             self.set_loss(out, total, vectors, pair_index, num_items_in_batch)
         return out if return_dict else out.to_tuple()
 

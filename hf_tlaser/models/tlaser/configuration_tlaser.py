@@ -64,6 +64,10 @@ class TLaserConfig(PretrainedConfig):
             of the last N encoded rows of earlier micro-batches, extra negatives of the alignment loss (no gradient
             through them; an entry whose text or pair target is a sentence of the pair's group is left out). Needs
             ``align_loss_weight`` > 0. 0: in-batch negatives only.
+        negative_memory_same_language (`bool`, False): each direction of a pair keeps only the memory's entries in
+            the language of the sentence it must find (a -> b: those in b's language; b -> a: those in a's), as in
+            retrieval, where a query meets candidates of one language. False: every entry of the memory. Needs
+            ``negative_memory_size`` > 0.
         tie_word_embeddings (`bool`, False): tie the decoder's input embedding and output projection (the paper's
             246M parameter count implies untied).
         teacher_dim (`int`, None): width of a teacher's vectors (``hf-tlaser train --teacher``): a Linear head
@@ -133,6 +137,7 @@ class TLaserConfig(PretrainedConfig):
         align_scale: float = 20.0,
         align_margin: float = 0.0,
         negative_memory_size: int = 0,
+        negative_memory_same_language: bool = False,
         pad_token_id: int = 0,
         unk_token_id: int = 1,
         eos_token_id: int = 2,
@@ -183,6 +188,7 @@ class TLaserConfig(PretrainedConfig):
         self.align_scale = align_scale
         self.align_margin = align_margin
         self.negative_memory_size = negative_memory_size
+        self.negative_memory_same_language = negative_memory_same_language
         self.unk_token_id = unk_token_id
         self.cls_token_id = cls_token_id
         self.teacher_dim = teacher_dim
@@ -235,6 +241,11 @@ class TLaserConfig(PretrainedConfig):
             raise ValueError(
                 f"TLaserConfig: negative_memory_size={self.negative_memory_size} must be >= 0, and > 0 only with "
                 "align_loss_weight > 0 (the memory's negatives are the alignment loss's)"
+            )
+        if self.negative_memory_same_language and not self.negative_memory_size:
+            raise ValueError(
+                "TLaserConfig: negative_memory_same_language=True needs negative_memory_size > 0 (it chooses among the "
+                "memory's entries)"
             )
         if not 0.0 <= self.align_margin < 2.0:
             raise ValueError(f"TLaserConfig: align_margin={self.align_margin} must be in [0, 2) (a cosine margin)")

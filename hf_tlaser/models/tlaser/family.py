@@ -70,6 +70,8 @@ def translation_objective(config: dict) -> str:
             objective += f", additive margin {config['align_margin']}"
         if int(config.get("negative_memory_size") or 0) > 0:
             objective += f", with {config['negative_memory_size']} negatives of earlier batches kept in a memory"
+            if config.get("negative_memory_same_language"):
+                objective += " (each direction: those in the language it must find)"
         objective += ")"
     return objective
 

@@ -361,6 +361,7 @@ class TLaserForTranslation(TranslationMixin, TLaserPreTrainedModel):
         pair_index: torch.LongTensor | None = None,
         group_index: torch.LongTensor | None = None,
         text_keys: torch.LongTensor | None = None,
+        text_languages: torch.LongTensor | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
         sentence_embeddings: torch.Tensor | None = None,
         cache: TranslationCache | None = None,
@@ -380,7 +381,8 @@ class TLaserForTranslation(TranslationMixin, TLaserPreTrainedModel):
         Args: see ``TranslationMixin.translate``; also ``group_index``: LongTensor[P], the group (multi-way: source
         group) of each pair, whose pairs are never negatives of each other (default: every pair its own group);
         ``text_keys``: LongTensor[R], the ``text_key`` of each encoded row (sources, then targets), which the
-        cross-batch memory needs (``negative_memory_size``); ``num_items_in_batch``; ``return_dict``: False returns a
+        cross-batch memory needs (``negative_memory_size``), and ``text_languages``: LongTensor[R], the key of each
+        row's language (the collator's ``language_keys``); ``num_items_in_batch``; ``return_dict``: False returns a
         tuple (default: ``config.return_dict``).
         """
         return_dict = self.config.return_dict if return_dict is None else return_dict
@@ -398,7 +400,7 @@ class TLaserForTranslation(TranslationMixin, TLaserPreTrainedModel):
             cache=cache,
         )
         if labels is not None:
-            total = self.pair_loss(out, vectors, pair_index, group_index, text_keys)  # eq. (7)-(10)
+            total = self.pair_loss(out, vectors, pair_index, group_index, text_keys, text_languages)  # eq. (7)-(10)
             self.set_loss(out, total, vectors, pair_index, num_items_in_batch)
         return out if return_dict else out.to_tuple()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 
 import numpy as np
@@ -64,13 +65,32 @@ def test_pair_batches_one_pair_under_budget(corpus, tokenizer, lengths):
             "tgt_attention_mask",
             "group_index",
         }
-        assert torch.equal(batch["group_index"], torch.arange(batch["labels"].shape[0]))
+        assert (batch["group_index"] <= torch.arange(batch["labels"].shape[0])).all()  # each pair its own, or merged
         assert batch["input_ids"].numel() <= MAX_TOKENS and batch["tgt_input_ids"].numel() <= MAX_TOKENS
         assert batch["labels"].numel() <= MAX_TOKENS and batch["tgt_lang"].unique().numel() == 1
         assert (batch["input_ids"][:, 0] == tokenizer.cls_token_id).all()
         assert count_target_tokens(batch) == int((batch["labels"] != -100).sum()) > 0
         if step == 20:
             break
+
+
+def test_only_pairs_that_share_a_sentence_share_a_group(corpus, tokenizer, lengths):
+    """Short sentences repeat ("Thank you."): two such pairs in one micro-batch are not each other's negatives."""
+    sampler = PairBatchSampler(lengths, MAX_TOKENS, seed=1)
+    examples, collator = ParallelExamples(corpus), TranslationCollator(tokenizer, with_target_encoding=True)
+    merged = 0
+    for items in sampler:
+        batch = examples.__getitems__(items)
+        groups = collator(batch)["group_index"].tolist()
+        texts = [{ex["src"], ex["tgt"]} for ex in batch]
+        for i, j in itertools.combinations(range(len(batch)), 2):
+            if texts[i] & texts[j]:
+                assert groups[i] == groups[j], (batch[i], batch[j])
+        for i, group in enumerate(groups):  # a merged pair shares a sentence with another of its group
+            if group != i:
+                assert any(texts[i] & texts[j] for j in range(len(batch)) if j != i and groups[j] == group)
+                merged += 1
+    assert merged > 0  # it happens in real micro-batches
 
 
 def test_pair_sampling_is_uniform(lengths):

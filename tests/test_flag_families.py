@@ -27,6 +27,9 @@ TAKES = {
     "teacher": JOINT,
     "distill_weight": JOINT,
     "teacher_cache": JOINT,
+    "cluster_model": JOINT,
+    "cluster_size": JOINT,
+    "cluster_pool": JOINT,
     "init_from": TRANSFORMER,
     "init_layers": TRANSFORMER,
     "freeze_word_embeddings": TRANSFORMER,
@@ -37,7 +40,10 @@ TAKES = {
     "encoder_lr": JOINT,
 }
 """The flags that only some families take; every other flag is taken by all of them."""
-VALUES = {("batching", "multiway"): ("tlaser", "ctlaser", "laser1", "laser6", "claser6")}
+VALUES = {
+    ("batching", "multiway"): ("tlaser", "ctlaser", "laser1", "laser6", "claser6"),
+    ("batch_composition", "cluster"): JOINT,
+}
 """The values of a flag that only some families take."""
 SAMPLES = {
     "pivots": ["--pivots", "de"],
@@ -49,6 +55,9 @@ SAMPLES = {
     "teacher": ["--teacher", "/nonexistent/teacher"],
     "distill_weight": ["--distill-weight", "0.5"],
     "teacher_cache": ["--teacher-cache", "none"],
+    "cluster_model": ["--cluster-model", "/nonexistent/model"],
+    "cluster_size": ["--cluster-size", "8"],
+    "cluster_pool": ["--cluster-pool", "100"],
     "init_from": ["--init-from", "/nonexistent/backbone"],
     "init_layers": ["--init-layers", "6"],
     "freeze_word_embeddings": ["--freeze-word-embeddings"],
@@ -58,6 +67,7 @@ SAMPLES = {
     "freeze_encoder_steps": ["--freeze-encoder-steps", "2"],
     "encoder_lr": ["--encoder-lr", "1e-4"],
     ("batching", "multiway"): ["--batching", "multiway"],
+    ("batch_composition", "cluster"): ["--batch-composition", "cluster"],
 }
 """A value other than the default, for each row of the table."""
 NO_DATA = "/nonexistent/corpora"

@@ -9,7 +9,8 @@ import torch
 from torch import nn
 from transformers import TrainingArguments
 
-from hf_tlaser.data import COMPOSITIONS, PairBatchSampler, resolve_corpora
+from hf_tlaser.data import PairBatchSampler, resolve_corpora
+from hf_tlaser.data.batching import PACKINGS
 from hf_tlaser.data.sources import stream_source
 from hf_tlaser.data.streaming import StreamingPairBatches
 from hf_tlaser.errors import UsageError
@@ -96,7 +97,7 @@ def test_streamed_batches_follow_the_composition(data_dir, tokenizer):
     """--streaming packs its chunks the same way: the same pairs, sorted neighbours or any lengths."""
     (source,) = resolve_corpora(["wmt-newstest-multiway"], data_dir)
     spreads, pairs = {}, {}
-    for composition in COMPOSITIONS:
+    for composition in PACKINGS:
         stream = StreamingPairBatches(
             stream_source(source, 120), [("de", "en")], tokenizer, 600, buffer_size=5000, composition=composition
         )

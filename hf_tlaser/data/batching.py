@@ -49,10 +49,14 @@ from hf_tlaser.data.languages import DEFAULT_PAIRS, Pair, check_languages, langu
 logger = logging.getLogger(__name__)
 
 
-COMPOSITIONS = ("length", "random")
-"""How a chunk's rows are grouped into micro-batches: ``length`` sorts them by length first (least padding; every
-in-batch negative about as long as its positive), ``random`` packs them in their shuffled order (more padding, so
+PACKINGS = ("length", "random")
+"""How ``pack_chunk`` orders a chunk's rows before packing: ``length`` sorts them by length first (least padding;
+every in-batch negative about as long as its positive), ``random`` packs them in their given order (more padding, so
 fewer rows per micro-batch; negatives of any length, as the LDT / cNV authors' loaders)."""
+COMPOSITIONS = (*PACKINGS, "cluster")
+"""How a stream's rows are grouped into micro-batches: a ``PACKINGS`` order within chunks, or ``cluster``: the whole
+stream ordered by cluster, then by length (``set_clusters``: rows whose pivot sentences are near one another in a
+model's space share a cluster, so a micro-batch's pairs are each other's hard negatives)."""
 
 
 def pack_chunk(
@@ -69,8 +73,8 @@ def pack_chunk(
     row counted ``src_w``/``tgt_w`` times) stays under ``max_tokens``, at most ``max_sentences`` rows. ``composition``
     ``length`` sorts the rows by length first (stable); ``random`` keeps their order (shuffle them before). The
     arrays are aligned with ``rows``; returns lists of ``rows`` items."""
-    if composition not in COMPOSITIONS:
-        raise ValueError(f"composition={composition!r}; expected one of {COMPOSITIONS}")
+    if composition not in PACKINGS:
+        raise ValueError(f"composition={composition!r}; expected one of {PACKINGS}")
     by_length = composition == "length"
     order = np.argsort(np.maximum(src_len, tgt_len), kind="stable") if by_length else np.arange(len(rows))
     stats = zip(
@@ -98,20 +102,26 @@ def pack_chunk(
 
 
 class _Stream:
-    """Rows of one stream with, per row (indexed by dataset row), source/target lengths and row weights."""
+    """Rows of one stream with, per row (indexed by dataset row), source/target lengths, row weights and (composition
+    ``cluster``) clusters."""
 
     def __init__(
         self, rows: np.ndarray, src_len: np.ndarray, tgt_len: np.ndarray, src_w: np.ndarray, tgt_w: np.ndarray
     ) -> None:
         self.rows, self.src_len, self.tgt_len, self.src_w, self.tgt_w = rows, src_len, tgt_len, src_w, tgt_w
+        self.cluster: np.ndarray | None = None
 
     def pack(
         self, rng: np.random.Generator, max_tokens: int, max_sentences: int | None, chunk_size: int, composition: str
     ) -> list[list[int]]:
-        """One cycle: shuffle, (``length``: sort by length within chunks,) pack greedily under the budget, shuffle
-        batches."""
+        """One cycle: shuffle, (``length``: sort by length within chunks; ``cluster``: order the whole stream by
+        cluster, then length,) pack greedily under the budget, shuffle batches."""
         perm = rng.permutation(self.rows)
         batches: list[list[int]] = []
+        if composition == "cluster":
+            # the shuffle breaks the ties: a cluster's rows of one length come in a new order every cycle
+            perm = perm[np.lexsort((np.maximum(self.src_len[perm], self.tgt_len[perm]), self.cluster[perm]))]
+            chunk_size, composition = len(perm), "random"
         for start in range(0, len(perm), chunk_size):
             chunk = perm[start : start + chunk_size]
             batches += pack_chunk(
@@ -156,16 +166,38 @@ class _PlannedBatchSampler(Sampler[list]):
         self.composition = composition
         self.seed, self.epoch, self.rank, self.world_size = seed, 0, rank, world_size
         if num_batches is None:  # one cycle of every stream, fixed from epoch 0 so that len() never changes
-            num_batches = sum(len(self._cycle(i, 0, 0)) for i in range(len(self.pairs)))
+            # (composition cluster: the cycle as packed by length; its clusters come later, set_clusters)
+            packing = "length" if composition == "cluster" else composition
+            num_batches = sum(len(self._cycle(i, 0, 0, packing)) for i in range(len(self.pairs)))
         self.num_batches = num_batches // world_size * world_size
         if self.num_batches == 0:
             raise ValueError(f"num_batches={num_batches} gives no batch to each of {world_size} ranks")
         self._plan: tuple[int, list[tuple[Pair, list[int]]]] | None = None
 
-    def _cycle(self, stream: int, epoch: int, cycle: int) -> list[list[int]]:
+    def _cycle(self, stream: int, epoch: int, cycle: int, composition: str | None = None) -> list[list[int]]:
         rng = np.random.default_rng([self.seed, epoch, stream, cycle])
         stream_rows = self.streams[self.pairs[stream]]
-        return stream_rows.pack(rng, self.max_tokens, self.max_sentences, self.chunk_size, self.composition)
+        return stream_rows.pack(
+            rng, self.max_tokens, self.max_sentences, self.chunk_size, composition or self.composition
+        )
+
+    def set_clusters(self, clusters: Mapping[Pair, np.ndarray]) -> None:
+        """Composition ``cluster``: each stream's cluster ids (``clusters[pair]`` aligned with the stream's rows,
+        ``stream_rows``); a row of id -1 leaves the stream (it was not clustered). The plan is made again."""
+        for pair, stream in self.streams.items():
+            ids = np.asarray(clusters[pair])
+            if ids.shape != stream.rows.shape:
+                raise ValueError(f"{pair[0]}-{pair[1]}: {ids.shape[0]} cluster ids for {len(stream.rows)} rows")
+            if not (ids >= 0).any():
+                raise ValueError(f"{pair[0]}-{pair[1]}: no row has a cluster")
+            stream.cluster = np.full(len(stream.src_len), -1, dtype=np.int64)
+            stream.cluster[stream.rows] = ids
+            stream.rows = stream.rows[ids >= 0]
+        self._plan = None
+
+    def stream_rows(self) -> dict[Pair, np.ndarray]:
+        """The dataset rows of each stream (the rows its micro-batches draw from)."""
+        return {pair: stream.rows for pair, stream in self.streams.items()}
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch whose plan is iterated (the Trainer/accelerate call this when present)."""
@@ -174,6 +206,8 @@ class _PlannedBatchSampler(Sampler[list]):
     def plan(self) -> list[tuple[Pair, list[int]]]:
         """This rank's micro-batches of the current epoch as ``(stream pair, rows)``; cached per epoch."""
         if self._plan is None or self._plan[0] != self.epoch:
+            if self.composition == "cluster" and any(s.cluster is None for s in self.streams.values()):
+                raise ValueError("composition cluster: set_clusters() gives every stream its clusters first")
             choices = np.random.default_rng([self.seed, self.epoch]).integers(len(self.pairs), size=self.num_batches)
             queues: dict[int, list[list[int]]] = {}
             cycles = dict.fromkeys(range(len(self.pairs)), 0)

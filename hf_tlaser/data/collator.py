@@ -33,6 +33,25 @@ def language_keys(languages: Sequence[str]) -> torch.LongTensor:
     return text_keys([f"lang:{lang}" for lang in languages])
 
 
+def merge_shared_texts(groups: Sequence[int], texts: Sequence[Sequence[str]]) -> list[int]:
+    """Each pair's group, where pairs that share a sentence (the same text on either side: a repeated short
+    sentence, an untranslated name) share the smallest of their groups: such pairs are not negatives of each other.
+    ``groups`` [P] and ``texts`` [P] (each pair's sentences) are aligned."""
+    root = {group: group for group in groups}
+
+    def find(group: int) -> int:
+        while root[group] != group:
+            root[group] = group = root[root[group]]
+        return group
+
+    first: dict[str, int] = {}
+    for group, sentences in zip(groups, texts):
+        for text in sentences:
+            a, b = find(first.setdefault(text, group)), find(group)
+            root[max(a, b)] = min(a, b)
+    return [find(group) for group in groups]
+
+
 def pad_labels(sequences: Sequence[Sequence[int]]) -> torch.Tensor:
     """Token id sequences -> ``[N, longest]`` LongTensor, right-padded with -100."""
     labels = torch.full((len(sequences), max(map(len, sequences))), IGNORE_INDEX, dtype=torch.long)
@@ -48,14 +67,14 @@ class TranslationCollator:
     source in encoder format (``STR_TAG ... </s>``, right-padded); ``labels`` [B, L] target tokens + eos, padded
     with -100; ``tgt_lang`` [B] index of b in ``languages``; with ``with_target_encoding`` also
     ``tgt_input_ids``/``tgt_attention_mask`` (target in encoder format); with ``with_source_language`` also
-    ``src_lang`` [B] (index of a: models that also train b->a); ``group_index`` [B] ``arange(B)`` (every pair its
-    own group).
+    ``src_lang`` [B] (index of a: models that also train b->a); ``group_index`` [B]: every pair its own group, except
+    that pairs sharing a sentence share one (``merge_shared_texts``: never each other's negatives).
 
     Multi-way mode (group items ``{lang: text}``): ``input_ids``/``attention_mask`` [N, S] every sentence that takes
     part in a curriculum pair present in its group, once; per translation direction t: ``labels`` [T, L],
     ``tgt_lang`` [T], ``src_index`` [T] (row of the source in input_ids); ``pair_index`` [T, 2] (source row,
-    target row) for the distance loss; ``group_index`` [T] (the micro-batch item each direction comes from: the
-    model never takes a translation of the same group as a negative).
+    target row) for the distance loss; ``group_index`` [T] (the micro-batch item each direction comes from, items
+    that share a sentence merged: the model never takes a translation of the same group as a negative).
 
     With ``with_text_keys`` both modes also carry ``text_keys`` [R]: the ``text_key`` of each encoded row (pair mode:
     the sources, then the targets), by which a cross-batch memory of negatives leaves out the same sentences, and
@@ -126,7 +145,7 @@ class TranslationCollator:
             "attention_mask": attention_mask,
             "labels": self._labels(targets),
             "tgt_lang": torch.full((len(examples),), self.languages.index(tgt_lang), dtype=torch.long),
-            "group_index": torch.arange(len(examples)),
+            "group_index": torch.tensor(merge_shared_texts(range(len(examples)), list(zip(sources, targets)))),
         }
         if self.with_target_encoding:
             batch["tgt_input_ids"], batch["tgt_attention_mask"] = self._encode(targets)
@@ -162,6 +181,7 @@ class TranslationCollator:
         if not targets:
             raise ValueError(f"no curriculum pair {self.pairs} present in this micro-batch")
         input_ids, attention_mask = self._encode(sentences)
+        group_index = merge_shared_texts(group_index, [(sentences[a], sentences[b]) for a, b in pair_index])
         pairs = torch.tensor(pair_index, dtype=torch.long)
         keys = (
             {"text_keys": text_keys(sentences), "text_languages": language_keys(sentence_langs)}

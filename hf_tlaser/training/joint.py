@@ -18,6 +18,7 @@ from hf_tlaser.errors import UsageError
 from hf_tlaser.models.registry import FAMILIES
 from hf_tlaser.tokenization import save_tokenizer, write_token_report
 from hf_tlaser.training.distill import Distillation
+from hf_tlaser.training.hard_negatives import HardNegatives
 from hf_tlaser.training.plan import DataPlan, plan_corpus, plan_data, plan_stream, train_joint_bpe
 from hf_tlaser.training.presets import Preset
 from hf_tlaser.training.resolve import Built, Plugin, Resolved, resolve
@@ -111,8 +112,9 @@ def collator_for(model, tokenizer: PreTrainedTokenizerBase, pairs: list[Pair]) -
     )
 
 
-PLUGINS: tuple[type[Plugin], ...] = (Distillation, WarmStart)
-"""The run-wide additions of the joint-BPE path (``--teacher``, ``--init-from``), in the order of their hooks."""
+PLUGINS: tuple[type[Plugin], ...] = (HardNegatives, Distillation, WarmStart)
+"""The run-wide additions of the joint-BPE path (``--batch-composition cluster``, ``--teacher``, ``--init-from``), in
+the order of their hooks (the clusters first: they decide the plan that the teacher's vectors follow)."""
 
 
 @dataclass

@@ -57,8 +57,9 @@ class Recipe:
     batch_composition: str = field(
         default="length",
         metadata={
-            "help": "length (rows sorted by length within chunks before packing: least padding) or random (packed "
-            "in shuffled order: in-batch negatives of any length)"
+            "help": "length (rows sorted by length within chunks before packing: least padding), random (packed "
+            "in shuffled order: in-batch negatives of any length) or cluster (rows whose pivot sentences are near "
+            "in --cluster-model's space packed together: in-batch hard negatives)"
         },
     )
     max_lines: int | None = field(

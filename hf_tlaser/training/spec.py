@@ -196,9 +196,32 @@ class RunSpec:
     teacher_cache: str | None = flag(
         None,
         families=JOINT_BPE,
-        help="--teacher: teacher-vector cache folder, or 'none' (default: $HF_TLASER_TEACHER_CACHE or ~/.cache)",
+        help="--teacher, --cluster-model: teacher-vector cache folder, or 'none' (default: $HF_TLASER_TEACHER_CACHE "
+        "or ~/.cache)",
     )
     """Teacher-vector cache root (None: ``$HF_TLASER_TEACHER_CACHE`` or ``~/.cache``; ``none``: no cache)."""
+    cluster_model: str | None = flag(
+        None,
+        families=JOINT_BPE,
+        metavar="SPEC",
+        help="--batch-composition cluster: the model whose vectors of the pivot sentences cluster the pairs "
+        f"(default: the --init-from model; cached under --teacher-cache): {TEACHER_SPEC_HELP}",
+    )
+    """The model of ``--batch-composition cluster``'s hard-negative batches (``training/hard_negatives.py``)."""
+    cluster_size: int = flag(
+        64,
+        families=JOINT_BPE,
+        help="--batch-composition cluster: rows per cluster of a stream (k-means; a micro-batch of ~1,000 target "
+        "tokens holds ~35 pairs)",
+    )
+    cluster_pool: int | None = flag(
+        None,
+        families=JOINT_BPE,
+        metavar="N",
+        help="--batch-composition cluster: embed and cluster at most N rows of each stream (a random sample fixed by "
+        "the seed; the stream draws from these only): a run that reads a part of an epoch need not embed the whole "
+        "corpus (default: every row)",
+    )
     init_from: str | None = flag(
         None,
         families=BACKBONE_MEMBERS,
@@ -272,7 +295,7 @@ class RunSpec:
     max_grad_norm: float | None = recipe_flag("max_grad_norm")
     max_sentence_tokens: float | None = recipe_flag("max_sentence_tokens")
     batching: str | None = recipe_flag("batching", values={"multiway": MULTIWAY_FAMILIES})
-    batch_composition: str | None = recipe_flag("batch_composition")
+    batch_composition: str | None = recipe_flag("batch_composition", values={"cluster": JOINT_BPE})
     max_lines: int | None = recipe_flag("max_lines")
     max_sentences: int | None = recipe_flag("max_sentences")
 

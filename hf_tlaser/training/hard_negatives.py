@@ -8,8 +8,9 @@ vectors (spherical k-means, faiss, about ``--cluster-size`` rows per cluster, se
 gets the same clusters), and the sampler orders each stream by cluster, then length, before packing
 (``PairBatchSampler.set_clusters``): a micro-batch's pairs are near neighbours on the pivot side, so the alignment
 loss and the distance constraint compare each pair with sentences that are about the same thing (the nearest
-non-translations; DPR's and ANCE's hard negatives, here as a batch composition: no extra sentence is encoded, the
-update costs what a length-sorted one does). Pairs that share a sentence are never each other's negatives: the
+non-translations; DPR's and ANCE's hard negatives, here as a batch composition: no extra sentence is encoded; but a
+cluster's rows differ in length, so under the same padded budget a micro-batch holds fewer pairs: 25 against 35 on
+the main job's recipe, docs/results.md). Pairs that share a sentence are never each other's negatives: the
 collator gives them one group (``data.collator.merge_shared_texts``).
 """
 

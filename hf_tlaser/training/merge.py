@@ -7,6 +7,13 @@ transformers modules after pooling it carried, ``encoder.sentence_head``). The t
 has no counterpart of, keeps the tuned weights. ``alpha`` = 1 gives the tuned folder's weights and ``alpha`` = 0 the
 start's, bit for bit (``torch.lerp`` is exact at both ends); each weight is computed in fp32 and stored in the tuned
 folder's dtype.
+
+The start may have a larger vocabulary than the tuned model (e.g. the full multilingual-e5-small where the tuned model
+was trained from a copy trimmed to the corpora's pieces): every piece of the tuned tokenizer must be in the start's,
+found by its string. The merged folder then has the start's tokenizer and embedding table: the tuned pieces' rows are
+interpolated, the others are the start's (the tuned model never saw them), and the decoder keeps its rows under the
+new ids (``decoder_vocab_ids``). At alpha = 1 this extends the tuned model's vocabulary: text whose pieces the tuned
+model had gets its vectors exactly, other text gets whole pieces instead of fragments.
 """
 
 from __future__ import annotations
@@ -20,12 +27,13 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
+from tokenizers import Tokenizer
 
 from hf_tlaser.commands import print_summary, run_command
 from hf_tlaser.errors import UsageError
 from hf_tlaser.model_folders import model_folder
 from hf_tlaser.models.registry import FAMILIES
-from hf_tlaser.training.warm import check_backbone
+from hf_tlaser.training.warm import Backbone, check_backbone, prompt_pieces
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +54,53 @@ NOT_COPIED = (
 weights (the checkpoints, ``checkpoint-*``, are left out too)."""
 STARTED_FROM = ("backbone.", "sentence_head.")
 """Prefixes (after ``encoder.``) of the tuned weights that the start has."""
+INDEX = "model.safetensors.index.json"
+"""The index of a sharded folder's weights."""
+DECODER_IDS = "decoder_vocab_ids"
+"""The saved buffer of a restricted decoder vocabulary: the tokenizer id of each decoder row."""
+
+
+def piece_map(tuned: Path, start: Backbone) -> torch.LongTensor | None:
+    """The start's id of every piece of the tuned folder's tokenizer (by the piece's string), in the tuned ids'
+    order; None when the two vocabularies are the same. UsageError (one line) when the start lacks a tuned piece or
+    orders them differently (the decoder's restricted vocabulary is a sorted list of ids)."""
+    pieces = Tokenizer.from_file(str(tuned / "tokenizer.json")).get_vocab()
+    theirs = start.tokenizer.get_vocab()
+    missing = [piece for piece in pieces if piece not in theirs]
+    if missing:
+        raise UsageError(
+            f"--start {start.spec}: its tokenizer lacks {len(missing)} of the tuned model's {len(pieces)} pieces (e.g. "
+            f"{missing[0]!r}): give the model the tuned folder was warm-started from, or one whose vocabulary holds it"
+        )
+    ids = torch.tensor([theirs[piece] for piece, _ in sorted(pieces.items(), key=lambda item: item[1])])
+    if len(ids) == len(theirs) and torch.equal(ids, torch.arange(len(ids))):
+        return None
+    if not bool((ids.diff() > 0).all()):
+        raise UsageError(
+            f"--start {start.spec}: its vocabulary holds the tuned model's pieces in another order; give the model the "
+            "tuned folder was warm-started from, or a copy of it with more pieces in the same order"
+        )
+    return ids
+
+
+def extend_vocabulary(
+    start: dict[str, torch.Tensor], tuned: dict[str, torch.Tensor], ids: torch.LongTensor, rows: tuple[int, int]
+) -> dict[str, torch.Tensor]:
+    """``tuned`` under the start's vocabulary: each table of the tuned pieces (a weight with ``rows[0]`` rows, the
+    tuned backbone's ``vocab_size``, where the start's has ``rows[1]``) becomes the start's table with the tuned
+    pieces' rows at their new ``ids`` (the start's rows elsewhere: the tuned model never saw those pieces; rows past
+    the tuned tokenizer's pieces belong to no piece and are dropped), and a restricted decoder's ``decoder_vocab_ids``
+    are renamed to the new ids. Interpolating the result toward ``start`` then leaves the start's rows as they are."""
+    extended = dict(tuned)
+    for name, value in tuned.items():
+        other = start.get(name)
+        if other is not None and value.dim() == 2 and (value.shape[0], other.shape[0]) == rows:
+            table = other.to(value.dtype).clone()
+            table[ids] = value[: len(ids)]
+            extended[name] = table
+    if DECODER_IDS in tuned:
+        extended[DECODER_IDS] = ids[tuned[DECODER_IDS]]
+    return extended
 
 
 def interpolate(
@@ -72,21 +127,45 @@ def interpolate(
     return merged, count
 
 
-def start_weights(spec: str, saved: dict) -> dict[str, torch.Tensor]:
-    """The start's encoder weights (an ``--init-from`` SPEC, checked as ``hf-tlaser train`` does) under the names a
-    warm-started member saves them with; UsageError (one line, before any weight is read) when its architecture is
-    not the one of the member's ``saved`` config."""
+def start_backbone(spec: str, saved: dict) -> Backbone:
+    """The start (an ``--init-from`` SPEC, checked as ``hf-tlaser train`` does); UsageError (one line, before any
+    weight is read) when its architecture is not the one of the member's ``saved`` config (its vocabulary may be
+    larger: :func:`piece_map`)."""
     backbone = check_backbone(spec, saved["model_type"], None)
-    for key in ("model_type", "hidden_size", "num_hidden_layers", "vocab_size"):
+    for key in ("model_type", "hidden_size", "num_hidden_layers"):
         theirs, ours = getattr(backbone.config, key, None), saved["backbone"].get(key)
         if theirs != ours:
             raise UsageError(
                 f"--start {spec}: its {key} is {theirs}, the tuned model's backbone has {ours}: give the model the "
                 "tuned folder was warm-started from (hf-tlaser train --init-from)"
             )
+    return backbone
+
+
+def start_weights(backbone: Backbone) -> dict[str, torch.Tensor]:
+    """The start's encoder weights under the names a warm-started member saves them with."""
     state = {f"encoder.backbone.{name}": value for name, value in backbone.weights().items()}
     state.update({f"encoder.sentence_head.{name}": value for name, value in backbone.carried.weights.items()})
     return state
+
+
+def extended_config(config: dict, backbone: Backbone, spec: str, ids: torch.LongTensor) -> dict:
+    """The tuned ``config`` under the start's vocabulary: its sizes and prompt ids, the nested backbone config naming
+    the start, and a decoder vocabulary restricted to the tuned pieces' new ids where it was the whole tokenizer's.
+    UsageError for a family whose decoder has no restricted vocabulary (its rows are tokenizer ids)."""
+    if "decoder_vocab_size" not in config:
+        raise UsageError(
+            f"--start {spec}: its vocabulary is larger than the tuned model's, which only a T-LASER or cT-LASER "
+            f"member can take (its decoder keeps its pieces); this one is {config['model_type']}"
+        )
+    vocab = backbone.config.vocab_size
+    extended = {**config, "vocab_size": vocab, "backbone": {**config["backbone"], "vocab_size": vocab}}
+    extended["backbone"]["_name_or_path"] = spec
+    if config.get("prompt"):
+        extended["prompt_ids"] = prompt_pieces(backbone.tokenizer, config["prompt"])
+    if config.get("decoder_vocab_size") is None:
+        extended["decoder_vocab_size"] = len(ids)
+    return extended
 
 
 def copy_folder(tuned: Path, output: Path) -> None:
@@ -118,25 +197,49 @@ def run(tuned_spec: str, start_spec: str | None, alpha: float, output: Path, ove
     weights = sorted(tuned.glob("*.safetensors"))
     if not weights:
         raise UsageError(f"TUNED {tuned_spec}: no *.safetensors weights in {tuned}")
-    start = start_weights(start_spec, config)
+    backbone = start_backbone(start_spec, config)
+    ids = piece_map(tuned, backbone)
+    saved_rows, restricted = config["backbone"].get("vocab_size"), config.get("decoder_vocab_size") is not None
+    if ids is not None:
+        config = extended_config(config, backbone, start_spec, ids)
+        if not restricted and (tuned / INDEX).is_file():
+            raise UsageError(
+                f"TUNED {tuned_spec}: a sharded folder whose decoder has the whole vocabulary cannot take a larger "
+                "one here; save it as one model.safetensors first"
+            )
+    start = start_weights(backbone)
     count = 0
     staging = output.with_name(output.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
+    rows = (saved_rows, backbone.config.vocab_size)
     for path in weights:  # one output file per input file (a sharded folder keeps its index)
-        part, done = interpolate(start, load_file(path), alpha)
+        state = load_file(path)
+        if ids is not None:
+            state = extend_vocabulary(start, state, ids, rows)
+            if path == weights[0] and not restricted:
+                state[DECODER_IDS] = ids  # the decoder keeps the whole old vocabulary, under its new ids
+        part, done = interpolate(start, state, alpha)
         save_file(part, staging / path.name, metadata={"format": "pt"})
         count += done
     if not count:
         raise UsageError(f"TUNED {tuned_spec}: none of its weights are the start's; nothing was interpolated")
     copy_folder(tuned, staging)
     record = {"tuned": str(tuned), "start": start_spec, "alpha": alpha, "interpolated_weights": count}
+    if ids is not None:
+        (staging / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        backbone.tokenizer.save_pretrained(staging)
+        record["vocabulary"] = {
+            "tuned": len(ids),
+            "merged": len(backbone.tokenizer),
+            "added": len(backbone.tokenizer) - len(ids),
+        }
     (staging / RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     if output.exists():
         shutil.rmtree(output)
     staging.rename(output)
     logger.info("merged %d encoder weights at alpha=%g into %s", count, alpha, output)
-    return {"output": str(output), "alpha": alpha, "interpolated_weights": count, "start": start_spec}
+    return {"output": str(output), **{key: value for key, value in record.items() if key != "tuned"}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -147,7 +250,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("tuned", help="model folder written by hf-tlaser train --init-from")
     parser.add_argument(
-        "--start", default=None, help="the model it was warm-started from (default: the one its config names)"
+        "--start",
+        default=None,
+        help="the model it was warm-started from (default: the one its config names), or the same model with a "
+        "larger vocabulary holding every tuned piece, which the merged folder then takes",
     )
     parser.add_argument("--alpha", type=float, required=True, help="weight of the tuned model, in [0, 1]")
     parser.add_argument("--output", type=Path, required=True, help="new model folder")

@@ -98,10 +98,10 @@ def require(modules: Sequence[str], extra: str) -> None:
             ) from None
 
 
-def cpu_flags() -> set[str]:
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
     """This CPU's feature flags (Linux ``/proc/cpuinfo``; empty where it cannot be read)."""
     try:
-        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+        text = cpuinfo.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return set()
     for line in text.splitlines():

@@ -177,6 +177,9 @@ INFERENCE_TESTS = [
     "tests/test_export.py",
     "tests/test_backends.py",
     "tests/test_teacher_fingerprint.py",  # backends.hash_file, through the teachers' file digest
+    "tests/test_mutants_inference.py",
+    # the exported encoder's carried Dense (the other tests of that file start fresh processes or train)
+    "tests/test_warm_modules.py::test_the_exported_encoder_applies_the_carried_modules",
 ]
 # module -> the test files of mutmut's run (its stats pass maps each test to the functions it calls); a run of some
 # --modules takes the union of theirs, in this order
@@ -243,13 +246,32 @@ QUICK_TESTS = {
         "tests/test_teacher_fingerprint.py",
         "tests/test_teacher.py",
     ],
-    "hf_tlaser/inference/embed.py": ["tests/test_embed.py", "tests/test_reliability.py"],
-    "hf_tlaser/inference/mine.py": ["tests/test_mine.py", "tests/test_reliability.py"],
+    "hf_tlaser/inference/embed.py": [
+        "tests/test_mutants_inference.py",
+        "tests/test_embed.py",
+        "tests/test_reliability.py",
+    ],
+    "hf_tlaser/inference/mine.py": [
+        "tests/test_mutants_inference.py",
+        "tests/test_mine.py",
+        "tests/test_reliability.py",
+    ],
     "hf_tlaser/inference/export.py": ["tests/test_export.py", "tests/test_reliability.py", "tests/test_backends.py"],
     "hf_tlaser/inference/lines.py": ["tests/test_reliability.py", "tests/test_embed.py", "tests/test_mine.py"],
-    "hf_tlaser/inference/guards.py": ["tests/test_reliability.py", "tests/test_embed.py", "tests/test_mine.py"],
-    "hf_tlaser/inference/store.py": ["tests/test_embed.py", "tests/test_reliability.py", "tests/test_mine.py"],
+    "hf_tlaser/inference/guards.py": [
+        "tests/test_mutants_inference.py",
+        "tests/test_reliability.py",
+        "tests/test_embed.py",
+        "tests/test_mine.py",
+    ],
+    "hf_tlaser/inference/store.py": [
+        "tests/test_mutants_inference.py",
+        "tests/test_embed.py",
+        "tests/test_reliability.py",
+        "tests/test_mine.py",
+    ],
     "hf_tlaser/backends.py": [
+        "tests/test_mutants_inference.py",
         "tests/test_backends.py",
         "tests/test_export.py",
         "tests/test_reliability.py",
@@ -266,9 +288,9 @@ def mutated_files(modules: list[str]) -> list[str]:
 
 
 def test_files(tree: Path, modules: list[str]) -> list[str]:
-    """The files of the ``modules``' ``TEST_FILES`` that ``tree`` has, each once."""
+    """The files (or ``FILE::TEST`` ids) of the ``modules``' ``TEST_FILES`` that ``tree`` has, each once."""
     files = dict.fromkeys(path for module in modules for path in TEST_FILES[module])
-    return [path for path in files if (tree / path).is_file()]
+    return [path for path in files if (tree / path.partition("::")[0]).is_file()]
 
 
 def deselect(modules: list[str]) -> str:

@@ -215,6 +215,7 @@ def test_plan_cuts_shards_at_chunk_boundaries():
     ("case", "message"),
     [
         ("missing", "--input .*missing.txt: no such file"),
+        ("input_folder", "--input .*texts: is a folder; give a text file"),
         ("empty", "--input .*empty.txt: empty file"),
         ("latin1", r"--input .*latin1.txt:3: not valid UTF-8"),
         ("output_exists", "--output .*exists.npy: exists"),
@@ -231,6 +232,9 @@ def test_bad_input_is_one_line_and_writes_nothing(case, message, st_folder, inpu
     source, output, extra, model = input_file, tmp_path / "out.npy", [], st_folder
     if case == "missing":
         source = tmp_path / "missing.txt"
+    elif case == "input_folder":
+        source = tmp_path / "texts"
+        source.mkdir()
     elif case == "empty":
         source = tmp_path / "empty.txt"
         source.write_bytes(b"")
@@ -248,13 +252,15 @@ def test_bad_input_is_one_line_and_writes_nothing(case, message, st_folder, inpu
         model = f"vectors:{tmp_path / 'v.npy'}"
     elif case == "no_model":
         model = tmp_path / "nowhere"
-    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    before = {p.name: p.is_file() and p.read_bytes() for p in tmp_path.iterdir()}
     assert embed(model, source, output, *extra) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err
     assert err.startswith("hf-tlaser embed: error: ")
     assert re.search(message, err), err
-    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before  # nothing written, nothing touched
+    assert {
+        p.name: p.is_file() and p.read_bytes() for p in tmp_path.iterdir()
+    } == before  # nothing written, nothing touched
 
 
 def test_sidecar_is_json_beside_a_plain_npy(st_folder, input_file, tmp_path):

@@ -11,8 +11,10 @@
   ``cut``, and a warning), so one huge line cannot take unbounded memory (:mod:`hf_tlaser.inference.lines`).
 * Before the model loads: the output's folder is tried for writing and ``OUTPUT.lock`` is locked (one run per
   output, :mod:`hf_tlaser.inference.guards`). A first pass counts the lines and checks that they are UTF-8, and the
-  input's SHA-256 is noted (``--resume`` refuses an input edited since). Before the first line is embedded, the
-  free space is checked and the output's blocks allocated; a write error is one line naming the file.
+  input's SHA-256 is noted (``--resume`` refuses an input edited since), and the free space is checked for the
+  vector width the model's files state (:func:`~hf_tlaser.teachers.loading.vector_width`). Before the first line is
+  embedded, the free space is checked again for the loaded model's width and the output's blocks are allocated; a
+  write error is one line naming the file.
 * Then the lines are read in chunks of ``--chunk-size``; each chunk is tokenized, sorted by length and cut into
   batches of at most ``--max-tokens`` padded tokens and ``--batch-size`` rows; its vectors are written in input
   order into ``PATH.partial`` and the chunk is logged as done. ``--resume`` continues a killed run at its first
@@ -59,6 +61,7 @@ from hf_tlaser.teachers.loading import (
     SentenceTransformerTeacher,
     Teacher,
     load_teacher,
+    vector_width,
 )
 from hf_tlaser.version import __version__
 
@@ -337,6 +340,9 @@ def embed_locked(
         return {"output": str(output), "status": "already finished (--resume has nothing to do)"}
     lines = count_lines(source)
     plan = plan_lines(lines, args.chunk_size, shard)
+    width = vector_width(args.model)
+    if width is not None:  # before the model loads; prepare checks again with the loaded model's width
+        EmbeddingsWriter.check_room(output, plan.stop - plan.start, width, args.dtype)
     device = state.device
     precision = resolve_precision(args.precision, device).precision
     teacher = load_teacher(

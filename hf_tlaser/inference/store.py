@@ -272,7 +272,7 @@ class EmbeddingsWriter:
             logger.info("--resume: no unfinished run at %s; starting it", partial)
         for stale in partial.parent.glob(f"{partial.name}.done-*"):
             stale.unlink()
-        check_space(partial.parent, rows * dim * np.dtype(dtype).itemsize, f"--output {path}", "the embeddings")
+        EmbeddingsWriter.check_room(path, rows, dim, dtype)
         try:
             allocate(partial, rows, dim, dtype)
             _write_json(settings_file, settings)
@@ -280,6 +280,14 @@ class EmbeddingsWriter:
             partial.unlink(missing_ok=True)
             raise write_failed(err, partial, f"--output {path}") from None
         return 0
+
+    @staticmethod
+    def check_room(path: str | os.PathLike, rows: int, dim: int, dtype: str) -> None:
+        """``UsageError`` when the filesystem of ``PATH`` lacks the room for a new run's ``PATH.partial`` of ``rows``
+        x ``dim`` ``dtype`` values (an unfinished run's file, already allocated, needs none)."""
+        partial = partial_paths(path)[0]
+        if not partial.exists():
+            check_space(partial.parent, rows * dim * np.dtype(dtype).itemsize, f"--output {path}", "the embeddings")
 
     @staticmethod
     def done_chunks(path: str | os.PathLike) -> dict[int, dict]:
@@ -314,7 +322,7 @@ class EmbeddingsWriter:
         missing = sorted(set(range(chunks)) - set(done))
         if missing:
             raise RuntimeError(f"{self.partial}: chunks {missing[:10]} were not written; run again with --resume")
-        stats = {key: sum(record.get(key, 0) for record in done.values()) for key in ("truncated", "empty", "cut")}
+        stats = {key: sum(record[key] for record in done.values()) for key in ("truncated", "empty", "cut")}
         self.rows.flush()
         del self.rows
         meta = {"format": FORMAT, **meta, **stats}

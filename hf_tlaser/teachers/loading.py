@@ -515,3 +515,32 @@ def _read_config(path: Path, where: str) -> dict | None:
     if not isinstance(config, dict):
         raise UsageError(f"{where}: config.json is not a JSON object")
     return config
+
+
+def vector_width(spec: str, argument: str = "--model", revision: str | None = None) -> int | None:
+    """The width of a model SPEC's vectors read from its files, without loading it: an hf_tlaser config's sentence
+    vector, a sentence-transformers folder's last Dense output, else its Pooling's (the token width times the modes
+    it concatenates). None where the files do not say it (the width is then known once the model is loaded)."""
+    folder, _ = model_folder(spec, f"{argument} {spec!r}", revision, SPEC_HELP)
+    config = _read_config(folder / "config.json", f"{argument} {spec!r}")
+    if config is not None and config.get("model_type") in MODEL_TYPES:
+        return sentence_vector_size(config)
+    width = None
+    try:
+        modules = json.loads((folder / "modules.json").read_text(encoding="utf-8"))
+        for module in modules:
+            kind = str(module.get("type", "")).rsplit(".", 1)[-1]
+            if kind not in ("Dense", "Pooling"):
+                continue
+            part = json.loads((folder / module.get("path", "") / "config.json").read_text(encoding="utf-8"))
+            if kind == "Dense":
+                width = int(part["out_features"])
+                continue
+            modes = part.get("pooling_mode")
+            if modes is None:  # the older layout: one flag per mode
+                modes = [key for key, on in part.items() if key.startswith("pooling_mode_") and on is True]
+            count = 1 if isinstance(modes, str) else len(modes)
+            width = count * int(part.get("word_embedding_dimension", part.get("embedding_dimension")))
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None  # no modules.json, or one this reading does not know
+    return width

@@ -243,3 +243,14 @@ def test_an_arm_cpu_takes_the_arm64_int8_target(monkeypatch):
 )
 def test_the_export_command_of_each_backend(backend, command):
     assert backends.export_command(Path("m"), backend) == command
+
+
+def test_an_unfinished_run_needs_no_more_room(tmp_path, monkeypatch):
+    import shutil
+
+    path = tmp_path / "out.npy"
+    EmbeddingsWriter.prepare(path, 4, 3, "float16", {"dim": 3}, resume=False)  # allocated: PATH.partial
+    monkeypatch.setattr(shutil, "disk_usage", lambda folder: shutil._ntuple_diskusage(10**12, 10**12, 0))
+    EmbeddingsWriter.check_room(path, 4, 3, "float16")  # its blocks are there already
+    with pytest.raises(UsageError, match=r"^--output .*other.npy: the embeddings needs about "):
+        EmbeddingsWriter.check_room(tmp_path / "other.npy", 4, 3, "float16")

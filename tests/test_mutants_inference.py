@@ -85,7 +85,10 @@ def test_embed_checks_the_free_space_before_the_model_loads(tlaser_folder, tmp_p
 
 def test_a_held_output_says_how_to_go_on(tmp_path):
     with OutputLock(tmp_path / "out.npy", "--output"):
-        with pytest.raises(UsageError, match=r"--output .*out.npy: another run \(pid \d+\).*wait for it to end, or"):
+        with pytest.raises(
+            UsageError,
+            match=r"^--output .*out.npy: another run \(pid \d+\) is writing it \(.*\); wait for it to end, or stop it$",
+        ):
             OutputLock(tmp_path / "out.npy", "--output").acquire()
 
 
@@ -252,5 +255,23 @@ def test_an_unfinished_run_needs_no_more_room(tmp_path, monkeypatch):
     EmbeddingsWriter.prepare(path, 4, 3, "float16", {"dim": 3}, resume=False)  # allocated: PATH.partial
     monkeypatch.setattr(shutil, "disk_usage", lambda folder: shutil._ntuple_diskusage(10**12, 10**12, 0))
     EmbeddingsWriter.check_room(path, 4, 3, "float16")  # its blocks are there already
+    partial_paths(path)[1].unlink()  # killed before its settings were written: the rows' file decides
+    EmbeddingsWriter.check_room(path, 4, 3, "float16")
     with pytest.raises(UsageError, match=r"^--output .*other.npy: the embeddings needs about "):
         EmbeddingsWriter.check_room(tmp_path / "other.npy", 4, 3, "float16")
+
+
+def test_a_quantised_export_lists_the_file_asked_for_first(tlaser_folder, tmp_path):
+    pytest.importorskip("onnxruntime")
+    import shutil
+
+    from hf_tlaser.inference.export import export_model
+
+    folder = Path(shutil.copytree(tlaser_folder, tmp_path / "model"))
+    written = export_model(folder, "onnx", "int8", cpu="avx2")  # no fp32 file yet: both are written
+    assert [item.path for item in written] == [backends.onnx_int8_file("avx2"), backends.ONNX_FILE]
+    assert all((folder / item.path).is_file() for item in written)
+
+
+def test_a_folder_without_exported_files_runs_in_torch_by_default(tlaser_folder):
+    assert backends.load_backend(tlaser_folder) is None  # backend "auto": nothing measured, torch

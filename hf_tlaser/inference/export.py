@@ -441,20 +441,22 @@ def stage_files(
         fp32 = folder / OPENVINO_FILE if reuse else tmp / OPENVINO_FILE
         if not reuse:
             export_openvino(onnx_fp32, fp32)
-    staged = [] if reuse else [(fp32, fp32_name, False)]
+    fp32_files = [] if reuse else [(fp32, fp32_name, False)]
     if quantize and backend == "onnx":
+        name = onnx_int8_file(cpu)
         logger.info("quantising to int8 for %s", cpu)
-        quantize_onnx(fp32, tmp / onnx_int8_file(cpu), cpu)
-        staged.insert(0, (tmp / onnx_int8_file(cpu), onnx_int8_file(cpu), True))
+        quantize_onnx(fp32, tmp / name, cpu)
     elif quantize == "int8-static":
+        name = OPENVINO_STATIC_FILE
         logger.info("quantising the OpenVINO model to int8, calibrated on %d sentences", len(texts))
-        quantize_openvino_static(fp32, tmp / OPENVINO_STATIC_FILE, tokenizer, texts)
-        staged.insert(0, (tmp / OPENVINO_STATIC_FILE, OPENVINO_STATIC_FILE, True))
+        quantize_openvino_static(fp32, tmp / name, tokenizer, texts)
     elif quantize:
+        name = OPENVINO_INT8_FILE
         logger.info("compressing the OpenVINO weights to int8")
-        compress_openvino(fp32, tmp / OPENVINO_INT8_FILE)
-        staged.insert(0, (tmp / OPENVINO_INT8_FILE, OPENVINO_INT8_FILE, True))
-    return staged
+        compress_openvino(fp32, tmp / name)
+    else:
+        return fp32_files
+    return [(tmp / name, name, True), *fp32_files]  # the file asked for first, as the summary lists them
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -275,3 +275,13 @@ def test_a_quantised_export_lists_the_file_asked_for_first(tlaser_folder, tmp_pa
 
 def test_a_folder_without_exported_files_runs_in_torch_by_default(tlaser_folder):
     assert backends.load_backend(tlaser_folder) is None  # backend "auto": nothing measured, torch
+
+
+def test_a_long_first_line_after_a_byte_order_mark_is_counted_as_cut(tmp_path):
+    """The first read holds 4 x limit + 4 bytes: of four-byte characters after the BOM, exactly ``limit`` of them,
+    so only the bytes read after it show that the line goes on."""
+    from hf_tlaser.inference.lines import read_lines
+
+    path = tmp_path / "emoji.txt"
+    path.write_bytes(b"\xef\xbb\xbf" + ("\U0001f600" * 20 + "\n" + "short\n").encode("utf-8"))
+    assert list(read_lines(path, limit=10)) == [("\U0001f600" * 10, True), ("short", False)]

@@ -169,6 +169,11 @@ CORE_TESTS = [
     "tests/test_warm_modules.py",
     "tests/test_warm_training.py",
     "tests/test_mutants_core.py",
+    # added with issue 50's run of the core modules: the negative memory's loss terms, --init-layers and
+    # --freeze-layers, and loading.vector_width
+    "tests/test_negative_memory.py",
+    "tests/test_student.py",
+    "tests/test_mutants_inference.py",
 ]
 INFERENCE_TESTS = [
     "tests/test_reliability.py",

@@ -246,3 +246,123 @@ def test_collator_pulls_every_sentence_of_a_group_to_its_pivot(tokenizer):
     assert collator.sentences(pairs) == (["a", "b", "c", "a"], ["a"] * 4)  # both sides to the pivot side, src or tgt
     batch = collator([example])
     assert batch[DISTILL_INPUTS[2]].tolist() == [[1.0, 0.0, 0.0]] * 3 and batch[DISTILL_INPUTS[0]].shape[0] == 3
+
+
+# ------------------------------------------------- issue 50's run of the core modules (30 mutants each, seed 34)
+
+
+def test_a_vectors_file_names_its_rows_width_and_teacher(tmp_path):
+    path = write_vectors(tmp_path / "v.npy", ["a", "b", "c"], np.ones((3, 4), dtype=np.float32))
+    teacher = load_teacher(f"vectors:{path}")
+    assert teacher.describe().startswith(f"vectors {path} (3 rows, 4 dimensions) of ")
+    digest = teacher.meta["texts_sha1"]
+    with pytest.raises(UsageError, match=rf"\(texts hash {digest[:12]} vs [0-9a-f]{{12}}\)"):
+        teacher.check_texts(["a", "b", "x"])
+
+
+def test_truncated_vectors_files_are_named_with_the_width_the_sidecar_records(tmp_path):
+    path = write_vectors(tmp_path / "v.npy", ["a", "b"], np.ones((2, 4), dtype=np.float32))
+    np.save(path, np.ones((1, 4), dtype=np.float32))
+    with pytest.raises(UsageError, match=r"sidecar 2 rows x 4\): truncated or mixed files"):
+        load_teacher(f"vectors:{path}")
+
+
+def test_the_digest_memo_is_written_where_its_folders_do_not_exist_yet(tmp_path, monkeypatch):
+    from hf_tlaser.teachers import loading
+    from hf_tlaser.teachers.loading import folder_fingerprint
+
+    monkeypatch.setattr(loading, "RACY_SECONDS", 0)  # a file written just now is memoised too
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    memo = tmp_path / "a" / "b" / "memo.json"
+    assert folder_fingerprint(folder, memo=memo) == folder_fingerprint(folder, memo=None)
+    assert memo.is_file()
+
+
+def test_a_loaded_model_keeps_its_identity_and_batch_size(tlaser_folder):
+    teacher = load_teacher(str(tlaser_folder), batch_size=7, device="cpu")
+    assert teacher.identity == str(tlaser_folder.resolve()) and teacher.batch_size == 7
+
+
+def test_an_unreadable_cache_record_is_said_and_written_again(tmp_path, caplog):
+    first = TeacherCache(tmp_path, TextTeacher(), show_progress=False)
+    first.get(["a"])
+    (first.folder / "meta.json").write_text("{not json")
+    with caplog.at_level(logging.WARNING, logger="hf_tlaser.teachers.cache"):
+        again = TeacherCache(tmp_path, TextTeacher(), show_progress=False)
+        again.get(["a"])
+    assert f"teacher cache: {first.folder / 'meta.json'} is unreadable (" in caplog.text
+    assert "); written again" in caplog.text
+    assert json.loads((again.folder / "meta.json").read_text())["dim"] == 4
+
+
+def test_the_cache_progress_bar_names_the_teacher(tmp_path, capsys):
+    TeacherCache(tmp_path, TextTeacher(name="bar teacher"), show_progress=True).get(["one", "two"])
+    assert "teacher bar teacher" in capsys.readouterr().err
+
+
+def test_the_teacher_missing_training_languages_is_warned_of(caplog):
+    from hf_tlaser.training.distill import warn_languages
+
+    teacher = TextTeacher()
+    teacher.spec, teacher.languages = "my-teacher", ["en", "de-DE"]
+    with caplog.at_level(logging.WARNING):
+        warn_languages(teacher, ["en", "de", "is"])
+    assert "--teacher my-teacher: its model card does not list the training languages ['is']" in caplog.text
+
+
+def test_the_pivot_texts_of_a_corpus_are_its_distinct_non_empty_texts_of_those_languages():
+    from types import SimpleNamespace
+
+    from hf_tlaser.training.distill import corpus_pivot_texts
+
+    columns = {"en": ["b", "a", None, "b", ""], "de": ["x", "y", "z", "w", "v"], "fr": ["f"] * 5}
+    dataset = SimpleNamespace(languages=["en", "de", "fr"], dataset=columns)
+    assert corpus_pivot_texts(dataset, ["en", "es", "fr"]) == ["a", "b", "f"]
+
+
+def test_the_teacher_matrix_is_logged_and_late_texts_are_float32_and_counted(tmp_path, caplog):
+    from hf_tlaser.training.distill import planned_pivot_texts, teacher_matrix
+
+    class Float64Teacher(TextTeacher):
+        def _encode(self, texts, batch_size, show_progress):
+            return super()._encode(texts, batch_size, show_progress).astype(np.float64)
+
+    teacher = Float64Teacher()
+    teacher.spec = "t64"
+    with caplog.at_level(logging.DEBUG):
+        matrix, row_of = teacher_matrix(teacher, str(tmp_path), ["a", "bb"])
+        collator = DistillCollator(None, None, matrix, row_of, [("de", "en")], ["en"], teacher)
+        collator.add_missing(["ccc", "a"])
+    assert "teacher t64: the vectors of 2 pivot texts (cached ones are read, not computed)" in caplog.text
+    assert "teacher t64: 1 pivot texts computed during training so far" in caplog.text
+    assert collator.matrix.dtype == torch.float32 and collator.matrix.shape == (3, 4)
+    assert planned_pivot_texts(None, None, 5, [("de", "en")], ["en"]) is None  # no sampler: every text may be read
+
+
+def test_unk_rates_count_the_texts_pieces_only(caplog):
+    from hf_tlaser.training.warm import unk_rates
+
+    vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3, "hello": 4}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    from tokenizers.processors import TemplateProcessing
+
+    backend.post_processor = TemplateProcessing(single="<s> $A </s>", special_tokens=[("<s>", 0), ("</s>", 2)])
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend, bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="<pad>"
+    )
+    assert unk_rates(tokenizer, {"xx": ["zzz"], "en": ["hello zzz"], "none": []}) == {"xx": 1.0, "en": 0.5}
+
+
+def test_a_backbone_without_pooling_says_so():
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from hf_tlaser.training.warm import Backbone
+
+    config = SimpleNamespace(num_hidden_layers=2, hidden_size=8, model_type="bert")
+    backbone = Backbone("x", Path("x"), "x", config, [0] * 10, pooling=None, prompt=None)
+    assert backbone.describe() == "bert x (8 wide, 2 layers, 10 pieces, no pooling of its own, no prompt)"

@@ -15,6 +15,7 @@ import torch
 from transformers import AutoModel, PreTrainedTokenizerFast
 
 import hf_tlaser
+from hf_tlaser.errors import UsageError
 from hf_tlaser.hub import add_sentence_transformers_files
 from hf_tlaser.hub.model_card import render_model_card
 from hf_tlaser.inference.export import export_model
@@ -183,6 +184,12 @@ def test_a_module_that_cannot_be_carried_is_refused_in_one_line(start_dir, tmp_p
     err = capsys.readouterr().err.strip()
     assert "its LayerNorm module (4_LayerNorm) after pooling cannot be carried" in err and len(err.splitlines()) == 1
     assert not (tmp_path / "out").exists()
+    residual = tmp_path / "residual"  # a Dense added to its input, not a plain Dense of the sentence vector
+    shutil.copytree(start_dir, residual)
+    dense_config = residual / modules[2]["path"] / "config.json"
+    dense_config.write_text(json.dumps({**json.loads(dense_config.read_text()), "use_residual": True}))
+    with pytest.raises(UsageError, match="is not a plain Dense of the sentence vector"):
+        check_backbone(str(residual), "ctlaser", None)
     backbone = check_backbone(str(start_dir), "ctlaser", None)
     overrides = backbone_overrides(backbone, "backbone", {**SMALL, "teacher_dim": 8})
     with pytest.raises(ValueError, match="teacher_dim"):  # a head before pooling and a Dense after it

@@ -529,10 +529,10 @@ def vector_width(spec: str, argument: str = "--model", revision: str | None = No
     try:
         modules = json.loads((folder / "modules.json").read_text(encoding="utf-8"))
         for module in modules:
-            kind = str(module.get("type", "")).rsplit(".", 1)[-1]
+            kind = str(module["type"]).rsplit(".", 1)[-1]
             if kind not in ("Dense", "Pooling"):
                 continue
-            part = json.loads((folder / module.get("path", "") / "config.json").read_text(encoding="utf-8"))
+            part = json.loads((folder / module["path"] / "config.json").read_text(encoding="utf-8"))
             if kind == "Dense":
                 width = int(part["out_features"])
                 continue

@@ -310,7 +310,8 @@ def test_the_teacher_missing_training_languages_is_warned_of(caplog):
     teacher.spec, teacher.languages = "my-teacher", ["en", "de-DE"]
     with caplog.at_level(logging.WARNING):
         warn_languages(teacher, ["en", "de", "is"])
-    assert "--teacher my-teacher: its model card does not list the training languages ['is']" in caplog.text
+    said = [record.getMessage() for record in caplog.records]
+    assert said == ["--teacher my-teacher: its model card does not list the training languages ['is']"]
 
 
 def test_the_pivot_texts_of_a_corpus_are_its_distinct_non_empty_texts_of_those_languages():
@@ -336,8 +337,9 @@ def test_the_teacher_matrix_is_logged_and_late_texts_are_float32_and_counted(tmp
         matrix, row_of = teacher_matrix(teacher, str(tmp_path), ["a", "bb"])
         collator = DistillCollator(None, None, matrix, row_of, [("de", "en")], ["en"], teacher)
         collator.add_missing(["ccc", "a"])
-    assert "teacher t64: the vectors of 2 pivot texts (cached ones are read, not computed)" in caplog.text
-    assert "teacher t64: 1 pivot texts computed during training so far" in caplog.text
+    said = [record.getMessage() for record in caplog.records]
+    assert "teacher t64: the vectors of 2 pivot texts (cached ones are read, not computed)" in said
+    assert "teacher t64: 1 pivot texts computed during training so far" in said
     assert collator.matrix.dtype == torch.float32 and collator.matrix.shape == (3, 4)
     assert planned_pivot_texts(None, None, 5, [("de", "en")], ["en"]) is None  # no sampler: every text may be read
 
@@ -366,3 +368,15 @@ def test_a_backbone_without_pooling_says_so():
     config = SimpleNamespace(num_hidden_layers=2, hidden_size=8, model_type="bert")
     backbone = Backbone("x", Path("x"), "x", config, [0] * 10, pooling=None, prompt=None)
     assert backbone.describe() == "bert x (8 wide, 2 layers, 10 pieces, no pooling of its own, no prompt)"
+
+
+def test_a_cache_of_another_dtype_is_named_in_the_warning(tmp_path, caplog):
+    TeacherCache(tmp_path, TextTeacher(), show_progress=False).get(["a"])
+    with caplog.at_level(logging.WARNING):
+        other = TeacherCache(tmp_path, TextTeacher(), dtype="float32", show_progress=False)
+        other.get(["a"])
+    said = [record.getMessage() for record in caplog.records]
+    expected = (
+        f"teacher cache {other.folder} stores float16 vectors (asked: float32); give another cache folder for float32"
+    )
+    assert expected in said

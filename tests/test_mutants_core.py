@@ -380,3 +380,39 @@ def test_a_cache_of_another_dtype_is_named_in_the_warning(tmp_path, caplog):
         f"teacher cache {other.folder} stores float16 vectors (asked: float32); give another cache folder for float32"
     )
     assert expected in said
+
+
+def test_the_alignment_loss_of_a_batch_masks_the_other_translations_of_a_group():
+    """Two pairs of one multi-way group (0-1, 0-2) and one of another: the group's other translation is neither a
+    positive nor a negative of a pair (eq. 5 with ``groups``)."""
+    from types import SimpleNamespace
+
+    from hf_tlaser.models.common.losses import align_loss, distance_constrained_loss, unique_pairs
+
+    torch.manual_seed(0)
+    vectors = torch.randn(5, 8)
+    pair_index, group_index = torch.tensor([[0, 1], [0, 2], [3, 4]]), torch.tensor([0, 0, 1])
+    config = SimpleNamespace(distance_beta=0.0, align_loss_weight=1.0, align_scale=20.0, align_margin=0.0)
+    out = SimpleNamespace(loss_mt=torch.tensor(0.0), num_tokens=1)
+    distance_constrained_loss(out, vectors, pair_index, group_index, config)
+    pairs, groups = unique_pairs(pair_index, group_index)
+    p_a, p_b = vectors[pairs[:, 0]], vectors[pairs[:, 1]]
+    expected = align_loss(p_a, p_b, 20.0, groups) / len(pairs)
+    assert torch.allclose(out.loss_align, expected)
+    assert not torch.allclose(out.loss_align, align_loss(p_a, p_b, 20.0) / len(pairs))
+
+
+def test_the_teacher_vectors_go_to_the_cache_folder_asked_for(tmp_path):
+    from types import SimpleNamespace
+
+    from hf_tlaser.training.distill import Distillation
+
+    teacher = TextTeacher()
+    teacher.spec = "t"
+    spec = SimpleNamespace(teacher="t", teacher_cache=str(tmp_path / "asked"))
+    dataset = SimpleNamespace(languages=["de", "en"], dataset={"de": ["a", "b"], "en": ["one", "two"]})
+    plan = SimpleNamespace(pairs=[("de", "en")], pivots=["en"])
+    built = SimpleNamespace(plan=plan, dataset=dataset, sampler=None, micro_batches=None, collator=None, tokenizer=None)
+    collator = Distillation(teacher, spec).attach(built)
+    assert sorted(collator.row_of) == ["one", "two"]
+    assert [path.name for path in (tmp_path / "asked").iterdir()] == ["text_teacher-0123456789abcdef"]

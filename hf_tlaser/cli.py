@@ -11,6 +11,10 @@ import sys
 COMMANDS = {
     "train-tokenizer": ("hf_tlaser.tokenization:main", "train the joint BPE tokenizer on files or registered corpora"),
     "train": ("hf_tlaser.training.cli:main", "train a T-LASER / cT-LASER / LASER model into a save_pretrained folder"),
+    "add-language": (
+        "hf_tlaser.training.add_language:main",
+        "add a language to a trained model LASER3-style (itself as frozen teacher, replay of its languages)",
+    ),
     "evaluate": ("hf_tlaser.evaluation.cli:main", "run LASER's evaluation protocols on a saved model"),
     "teacher-vectors": (
         "hf_tlaser.teachers.cli:main",

@@ -17,18 +17,21 @@ from hf_tlaser.data.corpora import (
     REGISTRY,
     XED_DEV_FILMS,
     XED_DEV_LANGUAGES,
+    XED_DEV_TARGET,
     XED_MORE_LANGUAGES,
+    XED_SUBTITLES_MORE_LANGUAGES,
     film_hash,
     load_corpus,
     resolve_corpora,
     select_xed_dev_films,
     xed_film_rows,
+    xed_more_languages,
     xed_pairs,
 )
 from hf_tlaser.errors import UsageError
 from hf_tlaser.evaluation.cli import main
 from hf_tlaser.evaluation.readers import PivotPairs, read_xed_dev, set_languages, xed_dev_pairs
-from hf_tlaser.evaluation.suite import retrieval_sets_for, score_retrieval
+from hf_tlaser.evaluation.suite import read_retrieval, retrieval_sets_for, score_retrieval
 
 DEV_SIZES = {"de": 500, "es": 500, "fr": 500, "it": 500, "fi": 500, "tr": 500, "cs": 500, "zh": 275, "ru": 280}
 """Pairs per language of xed-dev (fewer than 500 where the dev films hold fewer unique pairs: zh, ru)."""
@@ -101,6 +104,27 @@ def test_xed_dev_pairs_are_unique_deterministic_and_from_dev_films(data_dir):
         read_xed_dev(data_dir, ["de", "fr"])
 
 
+def test_xed_dev_takes_the_other_languages_of_xed_subtitles_more(data_dir, caplog):
+    """An added language (docs/results.md, "Adding a language") is scored on its rows of the dev films, which the
+    training corpora never read; a language without a file or with too few such rows is left out, with a log line."""
+    with caplog.at_level(logging.INFO, logger="hf_tlaser.evaluation"):
+        dev = read_xed_dev(data_dir, ["en", "el", "is"])
+        assert read_retrieval("xed-dev", data_dir, ["en", "is"]) == {}
+    assert list(dev.pairs) == ["el"] and dev.sizes() == {"el": XED_DEV_TARGET}
+    assert "is left out (0 pairs of the dev films, fewer than 100)" in caplog.text
+    assert "xed-dev: none of en, is has pairs here" in caplog.text
+    assert xed_more_languages(data_dir / "xed-subtitles-more") == list(XED_SUBTITLES_MORE_LANGUAGES)
+    assert set_languages("xed-dev", ["en", "sw"]) == [] and retrieval_sets_for(["en", "sw"]) == ("flores-devtest",)
+    with pytest.raises(ValueError, match="unknown language"):
+        read_xed_dev(data_dir, ["en", "sw"])
+    english, greek = dev.pairs["el"]
+    assert set(zip(english, greek)) <= {(en, x) for en, x, doc in xed_pairs("el", data_dir) if doc in XED_DEV_FILMS}
+    train = load_corpus("xed-more-all", data_dir, languages=("el", "en"))
+    assert len(train) == 4065 - 1520  # the el rows of the dev films are held out of training
+    assert len({key(en) for en in english} & {key(en) for en in train["en"]}) < 0.1 * len(english)
+    assert set_languages("xed-dev", ["en", "el"]) == ["en", "el"] and "xed-dev" in retrieval_sets_for(["en", "el"])
+
+
 def test_pair_sets_are_scored_to_and_from_english_only():
     rng = np.random.default_rng(0)
     en_de, en_fi = rng.normal(size=(6, 8)), rng.normal(size=(4, 8))
@@ -114,7 +138,10 @@ def test_pair_sets_are_scored_to_and_from_english_only():
     assert set(result.mining["xed-dev"]) == {"en-de", "en-fi"}
     assert set_languages("xed-dev", ["de", "fr"]) == [] and set_languages("xed-dev", ["fr", "en"]) == ["fr", "en"]
     assert "xed-dev" in retrieval_sets_for(["de", "en"])
-    with pytest.raises(UsageError, match="xed-dev has en, de, es, fr, it, fi, tr, cs, zh, ru;.*English and one other"):
+    with pytest.raises(
+        UsageError,
+        match="xed-dev has en, de, es, fr, it, fi, tr, cs, zh, ru and the languages of xed-s.*English and one other",
+    ):
         retrieval_sets_for(["de", "fr"], ["xed-dev"])
 
 

@@ -86,6 +86,11 @@ XED_LANGUAGES: tuple[str, ...] = ("de", "es", "fr", "it")
 XED_MORE_LANGUAGES: tuple[str, ...] = ("cs", "fi", "ru", "tr", "zh")
 """Languages of the ``xed-more`` training corpus: those of ``xed-subtitles-more`` where the other corpora here are
 news only (the ten-language curriculum's cs, fi, ru, tr, zh); ``xed-more-all`` reads every language of the folder."""
+XED_SUBTITLES_MORE_LANGUAGES: tuple[str, ...] = tuple(
+    "ar bg bs cs da el et fi he hr hu id is mk ms nl no pl pt ro ru sk sl sr sv th tr vi zh zh_Hant".split()
+)
+"""The languages of the ``xed-subtitles-more`` files (``en-X.tsv``; ``xed_more_languages`` reads them from the folder,
+``tests/test_xed_dev.py`` checks the two agree)."""
 XED_DEV_LANGUAGES: tuple[str, ...] = (*XED_LANGUAGES, "fi", "tr", "cs", "zh", "ru")
 """The languages of the ``xed-dev`` retrieval set (each paired with English)."""
 XED_DEV_TARGET = 500

@@ -28,6 +28,7 @@ from hf_tlaser.data.corpora import (
     XED_DEV_FILMS,
     XED_DEV_LANGUAGES,
     XED_DEV_TARGET,
+    XED_SUBTITLES_MORE_LANGUAGES,
     flores_file,
     is_flores_language,
     resolve_corpora,
@@ -249,7 +250,8 @@ def _pair_rank(lang: str, english: str, other: str) -> bytes:
 def xed_dev_pairs(
     lang: str, data_dir: str | os.PathLike | None = None, size: int = XED_DEV_TARGET
 ) -> tuple[list[str], list[str]]:
-    """``(english, lang)`` sentences of the conversational dev split of ``lang`` (one of ``XED_DEV_LANGUAGES``).
+    """``(english, lang)`` sentences of the conversational dev split of ``lang`` (one of ``XED_DEV_LANGUAGES``, or
+    another language of ``xed-subtitles-more``: its rows of the same films).
 
     The rows of the dev films (``XED_DEV_FILMS``) in file order; a pair with an empty side, with both sides equal, or
     whose English or ``lang`` side repeats a kept pair's (NFKC, case-folded, spaces collapsed) is dropped, so every
@@ -274,17 +276,38 @@ def xed_dev_pairs(
     return [english for english, _ in kept], [other for _, other in kept]
 
 
+XED_DEV_MIN_PAIRS = 100
+"""Fewest dev pairs a language beyond ``XED_DEV_LANGUAGES`` needs to be scored on xed-dev (fewer: left out, logged)."""
+
+
 def read_xed_dev(
     data_dir: str | os.PathLike | None = None, langs: Sequence[str] | None = ("en", *XED_DEV_LANGUAGES)
 ) -> PivotPairs:
-    """The conversational dev set: en-X OpenSubtitles pairs of the dev films (never in the ``xed``/``xed-more``
-    training corpora), at most 500 per language (``xed_dev_pairs``), for the languages of ``langs`` among
-    ``XED_DEV_LANGUAGES`` (English must be one of ``langs``)."""
-    available = ("en", *XED_DEV_LANGUAGES)
-    langs = _check_langs(langs, available, "xed-dev")
+    """The conversational dev set: en-X OpenSubtitles pairs of the dev films (never in the ``xed``/``xed-more``/
+    ``xed-more-all`` training corpora), at most 500 per language (``xed_dev_pairs``), for the languages of ``langs``
+    (English must be one of them). Beyond ``XED_DEV_LANGUAGES`` (for which the films were chosen), a language of
+    ``xed-subtitles-more`` is scored on the rows its file has of those films, when they give at least
+    ``XED_DEV_MIN_PAIRS`` pairs; one with fewer is left out, with a log line."""
+    langs = list(("en", *XED_DEV_LANGUAGES) if langs is None else langs)
     if "en" not in langs:
         raise ValueError("xed-dev pairs every language with English: include en")
-    return PivotPairs("en", {lang: xed_dev_pairs(lang, data_dir) for lang in langs if lang != "en"})
+    unknown = [lang for lang in langs if lang not in ("en", *XED_SUBTITLES_MORE_LANGUAGES, *XED_DEV_LANGUAGES)]
+    if unknown:
+        raise ValueError(f"unknown language(s) {unknown} for xed-dev; available: en and those of xed-subtitles-more")
+    pairs = {}
+    for lang in langs:
+        if lang != "en":
+            english, other = xed_dev_pairs(lang, data_dir)
+            if lang in XED_DEV_LANGUAGES or len(english) >= XED_DEV_MIN_PAIRS:
+                pairs[lang] = (english, other)
+            else:
+                logger.info(
+                    "xed-dev: %s left out (%d pairs of the dev films, fewer than %d)",
+                    lang,
+                    len(english),
+                    XED_DEV_MIN_PAIRS,
+                )
+    return PivotPairs("en", pairs)
 
 
 RETRIEVAL_SETS: dict[str, tuple[Callable[..., dict[str, list[str]] | PivotPairs], tuple[str, ...]]] = {
@@ -295,9 +318,12 @@ RETRIEVAL_SETS: dict[str, tuple[Callable[..., dict[str, list[str]] | PivotPairs]
     "xed-dev": (read_xed_dev, ("en", *XED_DEV_LANGUAGES)),
 }
 """Registered sets: name -> (reader, languages). Multi-way sets return ``{lang: lines}`` aligned across languages;
-``xed-dev`` returns en-X pairs (:class:`PivotPairs`). flores-devtest takes any language of ``OPEN_SETS`` too."""
-OPEN_SETS: dict[str, Callable[[str], bool]] = {"flores-devtest": is_flores_language}
-"""Sets that take languages beyond their listed ones: name -> whether a code can name one of its files."""
+``xed-dev`` returns en-X pairs (:class:`PivotPairs`). The sets of ``OPEN_SETS`` take other languages too."""
+OPEN_SETS: dict[str, tuple[Callable[[str], bool], str]] = {
+    "flores-devtest": (is_flores_language, "every FLORES-200 language"),
+    "xed-dev": (XED_SUBTITLES_MORE_LANGUAGES.__contains__, "the languages of xed-subtitles-more"),
+}
+"""Sets that take languages beyond their listed ones: name -> (whether a code can name one of its files, which)."""
 PIVOT_SETS: dict[str, str] = {"xed-dev": "en"}
 """Sets of pairs with one pivot language (:class:`PivotPairs`): name -> the pivot, without which they are not read."""
 LANGUAGE_LISTS: dict[str, tuple[str, ...]] = {
@@ -317,7 +343,7 @@ def set_languages(name: str, langs: Sequence[str]) -> list[str]:
     """The languages of ``langs`` that registered set ``name`` has (in the order of ``langs``); none when it has
     fewer than two, or (a pivot set) lacks the pivot."""
     listed = RETRIEVAL_SETS[name][1]
-    accepts = OPEN_SETS.get(name)
+    accepts = OPEN_SETS[name][0] if name in OPEN_SETS else None
     here = [lang for lang in langs if lang in listed or (accepts is not None and accepts(lang))]
     pivot = PIVOT_SETS.get(name)
     if len(here) < 2 or (pivot is not None and pivot not in here):

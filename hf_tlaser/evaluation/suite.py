@@ -211,7 +211,11 @@ def read_retrieval(
         left_out = [lang for lang in langs if lang not in here]
         if left_out:
             logger.info("%s: %d of the languages have no file here (left out): %s", name, len(left_out), left_out)
-    return {name: reader(data_dir, here)} if here else {}
+    texts = reader(data_dir, here) if here else None
+    if isinstance(texts, PivotPairs) and not texts.pairs:
+        logger.info("%s: none of %s has pairs here (set left out)", name, ", ".join(here))
+        return {}
+    return {name: texts} if here else {}
 
 
 def read_retrieval_sets(
@@ -372,7 +376,7 @@ def retrieval_sets_for(langs: Sequence[str], sets: Sequence[str] | None = None) 
     for name in sets:
         if is_spec(name) or set_languages(name, langs):
             continue
-        have = ", ".join(RETRIEVAL_SETS[name][1]) + (" and every FLORES-200 language" if name in OPEN_SETS else "")
+        have = ", ".join(RETRIEVAL_SETS[name][1]) + (f" and {OPEN_SETS[name][1]}" if name in OPEN_SETS else "")
         need = "English and one other of its languages" if name in PIVOT_SETS else "two of its languages"
         raise UsageError(
             f"retrieval set {name} has {have}; the evaluated {', '.join(langs)} do not include {need}: leave it out"

@@ -28,7 +28,7 @@ from hf_tlaser.evaluation.report import (
     pair_table,
     summary_table,
 )
-from hf_tlaser.model_folders import model_name, read_json, sentence_vector_size
+from hf_tlaser.model_folders import ADD_LANGUAGE_RECORD, model_name, read_json, sentence_vector_size
 from hf_tlaser.models.common.pooling import describe_modules
 from hf_tlaser.models.family import CardSection
 from hf_tlaser.models.registry import FAMILIES
@@ -55,7 +55,16 @@ LANGUAGE_NAMES = {
     "ru": "Russian",
     "tr": "Turkish",
     "zh": "Chinese",
+    **dict(
+        item.split("=")
+        for item in (
+            "ar=Arabic bg=Bulgarian bs=Bosnian da=Danish el=Greek et=Estonian he=Hebrew hr=Croatian hu=Hungarian "
+            "id=Indonesian is=Icelandic mk=Macedonian ms=Malay nl=Dutch no=Norwegian pl=Polish pt=Portuguese "
+            "ro=Romanian sk=Slovak sl=Slovenian sr=Serbian sv=Swedish th=Thai vi=Vietnamese"
+        ).split()
+    ),
 }
+"""English names of the ten languages and of those ``xed-subtitles-more`` adds (others are shown by code)."""
 EXAMPLES = {
     "de": "Wo ist der Bahnhof?",
     "en": "Where is the train station?",
@@ -239,12 +248,26 @@ def _precision(choice: dict | None) -> str | None:
     return f"{choice['precision']} ({choice['reason']})" if choice.get("reason") else str(choice["precision"])
 
 
-def _training(train: dict | None, state: dict | None) -> str:
+def _added_language(added: dict | None) -> list[str]:
+    """The paragraph of a folder written by ``hf-tlaser add-language`` (its ``ADD_LANGUAGE_RECORD``): the added
+    language, the model it joined and the data it was trained on."""
+    if not added:
+        return []
+    lang = added["language"]
+    replay = f"replay of `{added['replay']}` ({added['replay_pairs']})" if added.get("replay_pairs") else "no replay"
+    return [
+        f"**Added language: {LANGUAGE_NAMES.get(lang, lang)} (`{lang}`)**, joined to `{added['start']}` with "
+        f"`hf-tlaser add-language`: its pairs with English from `{added['language_pairs']}`, {replay}, and the "
+        "start model itself, frozen, as the teacher of every sentence's English vector.\n"
+    ]
+
+
+def _training(train: dict | None, state: dict | None, added: dict | None = None) -> str:
     if not train:
         return "Training details were not recorded with this checkpoint (no `hf_tlaser_train.json`)."
     args, recipe = train.get("args") or {}, train.get("recipe") or {}
     corpora = _corpora(train)
-    parts = []
+    parts = _added_language(added)
     if corpora:
         parts.append("Parallel corpora:\n")
         parts.append(_table(["corpus", "terms"], [[c, CORPUS_TERMS.get(c, "see its provenance")] for c in corpora]))
@@ -384,7 +407,7 @@ def render_model_card(
         details=_details(section, config, folder, dim),
         language_names=names,
         usage=_usage(config, repo_id),
-        training=_training(train, state),
+        training=_training(train, state, read_json(folder / ADD_LANGUAGE_RECORD)),
         evaluation=_evaluation(evaluation),
         limitations=_limitations(config, train),
         citation=section.citation,

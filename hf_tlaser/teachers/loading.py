@@ -37,6 +37,7 @@ from hf_tlaser.backends import ExportedEncoder, hash_file, load_backend
 from hf_tlaser.errors import UsageError
 from hf_tlaser.hardware import default_device, resolve_precision
 from hf_tlaser.model_folders import (
+    ADD_LANGUAGE_RECORD,
     AUTO,
     EVAL_PROMPTS,
     MODEL_TYPES,
@@ -67,6 +68,7 @@ _SKIP_DIRS = re.compile(r"^(\.|checkpoint-|eval|runs$|__pycache__$|onnx$|openvin
 _SKIP_FILES = {
     "trainer_state.json",
     "hf_tlaser_train.json",
+    ADD_LANGUAGE_RECORD,
     "training_args.bin",
     "results.json",
     "optimizer.pt",

@@ -120,9 +120,9 @@ def _read_config(path: Path) -> dict:
     return {str(key).replace("-", "_"): value for key, value in values.items()}
 
 
-def parse_args(argv: list[str] | None) -> RunSpec:
-    """The run of the command line: its flags over ``--config`` values over the defaults."""
-    parser = build_parser()
+def parse_namespace(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """The flags of ``parser`` (``build_parser``'s, or one built on it) over its ``--config`` values over the
+    defaults."""
     args = parser.parse_args(argv)
     if args.config:
         path = Path(args.config)
@@ -133,7 +133,12 @@ def parse_args(argv: list[str] | None) -> RunSpec:
             raise UsageError(f"--config {path}: unknown option(s) {unknown}; known: {', '.join(sorted(known))}")
         parser.set_defaults(**values)
         args = parser.parse_args(argv)
-    return RunSpec(**vars(args))
+    return args
+
+
+def parse_args(argv: list[str] | None) -> RunSpec:
+    """The run of the command line: its flags over ``--config`` values over the defaults."""
+    return RunSpec(**vars(parse_namespace(build_parser(), argv)))
 
 
 def main(argv: list[str] | None = None) -> int:

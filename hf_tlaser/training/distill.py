@@ -34,15 +34,15 @@ logger = logging.getLogger("hf_tlaser.train")
 
 
 def check_teacher(spec: RunSpec) -> Teacher | None:
-    """The run's teacher (None without ``--teacher``); UsageError on a bad ``--distill-weight`` or an unloadable
-    teacher. Cheap: no corpus is read."""
+    """The run's teacher (None without ``--teacher``), in the run's ``--precision``; UsageError on a bad
+    ``--distill-weight`` or an unloadable teacher. Cheap: no corpus is read."""
     if spec.teacher is None:
         return None
     if spec.distill_weight <= 0:
         raise UsageError(f"--distill-weight {spec.distill_weight}: must be > 0")
     if spec.streaming:
         raise UsageError("--teacher is not available with --streaming: teacher vectors are computed before training")
-    return load_teacher(spec.teacher)
+    return load_teacher(spec.teacher, precision=spec.precision)
 
 
 def student_width(config: PretrainedConfig) -> int:

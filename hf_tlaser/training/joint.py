@@ -164,7 +164,8 @@ def check_joint(spec: RunSpec) -> JointPlan:
     missing = sorted(set(needed) - set(table))
     if missing:
         raise UsageError(f"--set languages={table} lacks {missing}, which the curriculum {plan.describe()} needs")
-    overrides = {**overrides, "languages": list(table), "training_languages": plan.languages}
+    inherited = overrides.get("training_languages") or []  # a member's, when it is the --init-from start
+    overrides = {**overrides, "languages": list(table), "training_languages": sorted({*inherited, *plan.languages})}
     tokenizer, source = None, ""
     if checkpoint is not None:
         folder = resume_tokenizer(checkpoint)

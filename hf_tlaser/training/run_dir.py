@@ -15,6 +15,7 @@ from transformers import PretrainedConfig
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
 from hf_tlaser.errors import UsageError
+from hf_tlaser.model_folders import ADD_LANGUAGE_RECORD
 from hf_tlaser.tokenization import TOKEN_REPORT
 from hf_tlaser.training.spec import RunSpec
 
@@ -31,6 +32,7 @@ RUN_FILES = (
     "trainer_state.json",
     "train_log.jsonl",
     "hf_tlaser_train.json",
+    ADD_LANGUAGE_RECORD,
     "tokenizer.json",
     "tokenizer_config.json",
     "special_tokens_map.json",

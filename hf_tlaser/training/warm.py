@@ -105,6 +105,8 @@ class Backbone:
     """The pretrained model's number of layers."""
     member: bool = False
     """The SPEC is an hf_tlaser member trained with ``--init-from``: its backbone's weights start this one."""
+    languages: tuple[str, ...] = ()
+    """A member's training languages (its ``training_languages``): the new run's model was trained on them too."""
 
     @property
     def stored_dtype(self) -> torch.dtype | None:
@@ -241,7 +243,10 @@ def member_backbone(spec: str, folder: Path, identity: str, saved: dict, where: 
     )
     prompt = saved.get("prompt")
     pooling = saved.get("pooling") or "cls"
-    return Backbone(spec, folder, identity, config, tokenizer, pooling, prompt, carried, member=True)
+    languages = tuple(saved.get("training_languages") or ())
+    return Backbone(
+        spec, folder, identity, config, tokenizer, pooling, prompt, carried, member=True, languages=languages
+    )
 
 
 def _read_json(path: Path) -> dict | list | None:
@@ -453,6 +458,7 @@ def backbone_overrides(backbone: Backbone, pooling: str, overrides: dict) -> dic
         "sentence_modules": backbone.carried.entries or None,
         "prompt": backbone.prompt,
         "prompt_ids": prompt_pieces(backbone.tokenizer, backbone.prompt) if backbone.prompt else None,
+        "training_languages": list(backbone.languages),
     }
 
 

@@ -1,0 +1,134 @@
+"""``hf-tlaser add-language MODEL --language X --language-pairs SPEC --output-dir OUT``: a language that a trained
+model lacks joins its shared space, LASER3-style (Heffernan et al. 2022: a student taught on the new language's
+parallel text to land where the teacher puts the English side).
+
+It is one ``hf-tlaser train`` run whose data and start the recipe decides:
+
+- ``--init-from MODEL``: the encoder continues from the model's (an hf_tlaser member trained with ``--init-from``);
+  the translation decoder starts fresh, as in any warm start;
+- ``--teacher MODEL``: the model itself, frozen, is its own teacher: every sentence of a batch is pulled towards the
+  teacher's vector of its English side (``training/distill.py``), ``--distill-weight`` ``DISTILL_WEIGHT`` by default
+  (the MSE of unit-length vectors is ~1e-3, so weight 1 leaves the term without effect; docs/results.md, "Adding a
+  language");
+- the member's own losses on the new pairs (``--language-pairs``, columns X and en) and on replayed pairs of
+  languages it has (``--replay`` corpora, ``--replay-pairs``): the curriculum takes its pairs in turn, so X-en gets
+  one update in ``1 + len(replay pairs)``.
+
+Every other ``hf-tlaser train`` flag passes through (``--max-steps``, ``--teacher-cache``, ``--seed`` ...). The
+folder also gets ``ADD_LANGUAGE_RECORD`` (the language, the start and the data), which the model card reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from hf_tlaser.commands import run_command
+from hf_tlaser.data.languages import normalize_language, parse_pairs
+from hf_tlaser.errors import UsageError
+from hf_tlaser.model_folders import ADD_LANGUAGE_RECORD, model_folder
+from hf_tlaser.training.cli import build_parser, parse_namespace
+from hf_tlaser.training.families import train
+from hf_tlaser.training.presets import BACKBONE_MEMBERS
+from hf_tlaser.training.run_dir import RECORD as TRAIN_RECORD
+from hf_tlaser.training.spec import RunSpec
+
+DISTILL_WEIGHT = 500.0
+"""The recipe's ``--distill-weight`` (chosen on FLORES-200 devtest is<->en, docs/results.md, "Adding a language")."""
+UPDATES = 150
+"""The recipe's ``--max-steps``."""
+REPLAY, REPLAY_PAIRS = "multi30k", "de-en,fr-en"
+"""The recipe's replay: corpora and pairs of languages every model of the ten has."""
+DECIDED = {
+    "--init-from": "MODEL",
+    "--teacher": "MODEL (the model is its own teacher)",
+    "--corpora": "--language-pairs and --replay",
+    "--pairs": "--language and --replay-pairs",
+}
+"""``hf-tlaser train`` flags the recipe sets itself, with what sets them here."""
+
+
+def build_add_parser() -> argparse.ArgumentParser:
+    """``hf-tlaser train``'s parser with the recipe's arguments in front and its defaults (``--max-steps``,
+    ``--distill-weight``)."""
+    parser = build_parser()
+    parser.prog, parser.description = "hf-tlaser add-language", __doc__.split("\n")[0]
+    parser.add_argument("start", metavar="MODEL", help="the trained model folder (or Hub id) the language joins")
+    parser.add_argument("--language", required=True, help="the added language's code (e.g. is)")
+    parser.add_argument(
+        "--language-pairs", required=True, help="corpus spec of the new language's pairs with English (tsv:PATH ...)"
+    )
+    parser.add_argument("--replay", default=REPLAY, help="corpora of the replayed pairs ('' for none)")
+    parser.add_argument("--replay-pairs", default=REPLAY_PAIRS, help="pairs replayed from --replay ('' for none)")
+    parser.set_defaults(max_steps=UPDATES, distill_weight=DISTILL_WEIGHT, model=None)
+    return parser
+
+
+def start_family(folder: Path, where: str) -> str:
+    """The ``--model`` of a trained member folder (its ``hf_tlaser_train.json``); UsageError for a folder that is no
+    warm-started member."""
+    record = folder / TRAIN_RECORD
+    model = json.loads(record.read_text(encoding="utf-8"))["args"]["model"] if record.is_file() else None
+    if model not in BACKBONE_MEMBERS:
+        raise UsageError(
+            f"{where}: not an hf_tlaser {'/'.join(BACKBONE_MEMBERS)} model trained by hf-tlaser train --init-from "
+            f"(its hf_tlaser_train.json names {model!r}); give such a folder, or --model"
+        )
+    return model
+
+
+def add_language_spec(argv: list[str]) -> tuple[RunSpec, dict]:
+    """The run of an ``add-language`` command line and its record; UsageError (before any model or data is read)
+    for a flag the recipe decides, a bad language code or pairs, or a start folder that is not a trained member."""
+    given = {arg.split("=", 1)[0] for arg in argv if arg.startswith("--")}
+    for flag, instead in DECIDED.items():
+        if flag in given:
+            raise UsageError(f"{flag}: add-language decides it; give {instead} instead")
+    args = vars(parse_namespace(build_add_parser(), argv))
+    start, language, new, replay, replayed = (
+        args.pop(name) for name in ("start", "language", "language_pairs", "replay", "replay_pairs")
+    )
+    try:
+        language = normalize_language(language)
+    except ValueError as err:
+        raise UsageError(f"--language: {err}") from None
+    if language == "en":
+        raise UsageError("--language en: the pivot; give the code of another language (e.g. is, et, el)")
+    pairs = [f"{language}-en", *filter(None, replayed.split(","))]
+    try:
+        parse_pairs(",".join(pairs))
+    except ValueError as err:
+        raise UsageError(f"--replay-pairs {replayed!r}: {err}") from None
+    if replayed and not replay:
+        raise UsageError(f"--replay-pairs {replayed}: give the corpora they come from with --replay")
+    model = args.pop("model") or start_family(model_folder(start, f"MODEL {start}")[0], f"MODEL {start}")
+    corpora = ",".join(filter(None, (new, replay)))
+    decided = dict(model=model, init_from=start, teacher=start, corpora=corpora, pairs=",".join(pairs))
+    spec = RunSpec(**{**args, **decided})
+    record = {"language": language, "start": start, "language_pairs": new, "replay": replay, "replay_pairs": replayed}
+    return spec, record
+
+
+def add_language(spec: RunSpec, record: dict) -> Path:
+    """Train the run and write ``ADD_LANGUAGE_RECORD`` into its folder; returns the folder."""
+    out = Path(train(spec).args.output_dir)
+    (out / ADD_LANGUAGE_RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``hf-tlaser add-language``."""
+
+    def work() -> int:
+        spec, record = add_language_spec(list(sys.argv[1:] if argv is None else argv))
+        out = add_language(spec, record)
+        print(f"added {record['language']} to {record['start']}: saved model and tokenizer to {out}")
+        return 0
+
+    return run_command("hf-tlaser add-language", work)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

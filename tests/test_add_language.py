@@ -141,3 +141,10 @@ def test_a_start_that_is_no_trained_member_is_refused(st_dir, tmp_path, capsys):
     argv = [str(st_dir), "--language", "is", "--language-pairs", "tsv:x.tsv", "--output-dir", str(tmp_path / "o")]
     assert add_language.main(argv) == 2
     assert "not an hf_tlaser tlaser/ctlaser/ldt model trained by hf-tlaser train --init-from" in capsys.readouterr().err
+
+
+def test_the_help_offers_no_flag_the_recipe_decides():
+    text = add_language.build_add_parser().format_help()
+    assert "--replay-pairs" in text and "--max-steps" in text
+    offered = {line.split()[0] for line in text.splitlines() if line.startswith("  --")}  # not continued help
+    assert "--language-pairs" in offered and not offered & {"--init-from", "--teacher", "--corpora", "--pairs"}

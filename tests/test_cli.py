@@ -27,8 +27,8 @@ def test_unknown_command(capsys):
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.strip().splitlines() == [
-        "hf-tlaser: unknown command 'trian'; choose from train-tokenizer, train, add-language, evaluate, teacher-vectors, "
-        "push, embed, mine, export, merge, env"
+        "hf-tlaser: unknown command 'trian'; choose from train-tokenizer, train, add-language, evaluate, "
+        "teacher-vectors, push, embed, mine, export, merge, env"
     ]
 
 

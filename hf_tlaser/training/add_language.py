@@ -51,10 +51,15 @@ DECIDED = {
 
 
 def build_add_parser() -> argparse.ArgumentParser:
-    """``hf-tlaser train``'s parser with the recipe's arguments in front and its defaults (``--max-steps``,
-    ``--distill-weight``)."""
+    """``hf-tlaser train``'s parser with the recipe's arguments and defaults (``--max-steps``, ``--distill-weight``);
+    the flags it decides are left out of the help."""
     parser = build_parser()
-    parser.prog, parser.description = "hf-tlaser add-language", __doc__.split("\n")[0]
+    parser.prog = "hf-tlaser add-language"
+    parser.description = (
+        "Add a language to a trained model, LASER3-style: the model is its own frozen teacher, its own losses train on "
+        "the new pairs, and pairs of languages it has are replayed (docs/training.md, 'Adding a language'). Every "
+        "other hf-tlaser train flag passes through."
+    )
     parser.add_argument("start", metavar="MODEL", help="the trained model folder (or Hub id) the language joins")
     parser.add_argument("--language", required=True, help="the added language's code (e.g. is)")
     parser.add_argument(
@@ -63,6 +68,11 @@ def build_add_parser() -> argparse.ArgumentParser:
     parser.add_argument("--replay", default=REPLAY, help="corpora of the replayed pairs ('' for none)")
     parser.add_argument("--replay-pairs", default=REPLAY_PAIRS, help="pairs replayed from --replay ('' for none)")
     parser.set_defaults(max_steps=UPDATES, distill_weight=DISTILL_WEIGHT, model=None)
+    for action in parser._actions:  # the flags the recipe decides are refused (add_language_spec), not offered
+        if set(action.option_strings) & set(DECIDED):
+            action.help = argparse.SUPPRESS
+        elif "--model" in action.option_strings:
+            action.help = "the start's family (default: the one its hf_tlaser_train.json names)"
     return parser
 
 

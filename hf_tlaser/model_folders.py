@@ -31,10 +31,10 @@ EVAL_PROMPTS = ("query",)
 FOLDER_HINT = "a model folder or a Hub model id (ID or ID@REVISION)"
 TRAIN_HINT = "pass the --output-dir of `hf-tlaser train` (a folder with config.json, weights and tokenizer)"
 MODEL_TYPES = tuple(FAMILIES)
+"""``model_type`` of every hf_tlaser model a folder may hold."""
 ADD_LANGUAGE_RECORD = "hf_tlaser_add_language.json"
 """The record ``hf-tlaser add-language`` writes into its folder (the added language, the start and the data), which
 the model card reads."""
-"""``model_type`` of every hf_tlaser model a folder may hold."""
 DOCUMENT_WORDS = 750
 """T-LASER embeds a document whole, cut to its first 750 words (Li & Mak 2020)."""
 # LASER's tasks/mldoc/mldoc.sh removes text "not useful for classification" with sed before embedding:

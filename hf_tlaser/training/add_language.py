@@ -122,9 +122,12 @@ def add_language_spec(argv: list[str]) -> tuple[RunSpec, dict]:
 
 
 def add_language(spec: RunSpec, record: dict) -> Path:
-    """Train the run and write ``ADD_LANGUAGE_RECORD`` into its folder; returns the folder."""
-    out = Path(train(spec).args.output_dir)
-    (out / ADD_LANGUAGE_RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    """Train the run and write ``ADD_LANGUAGE_RECORD`` into its folder (the main process's job); returns the
+    folder."""
+    trainer = train(spec)
+    out = Path(trainer.args.output_dir)
+    if trainer.is_world_process_zero():
+        (out / ADD_LANGUAGE_RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     return out
 
 

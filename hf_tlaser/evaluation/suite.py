@@ -205,17 +205,18 @@ def read_retrieval(
     over its languages of ``langs`` (none when it has fewer than two of them, or a pair set lacks English)."""
     if is_spec(name):
         return read_retrieval_spec(name, langs)
-    reader = RETRIEVAL_SETS[name][0]
     here = set_languages(name, langs)
-    if here and name in OPEN_SETS:
+    if not here:
+        return {}
+    if name in OPEN_SETS:
         left_out = [lang for lang in langs if lang not in here]
         if left_out:
             logger.info("%s: %d of the languages have no file here (left out): %s", name, len(left_out), left_out)
-    texts = reader(data_dir, here) if here else None
+    texts = RETRIEVAL_SETS[name][0](data_dir, here)
     if isinstance(texts, PivotPairs) and not texts.pairs:
         logger.info("%s: none of %s has pairs here (set left out)", name, ", ".join(here))
         return {}
-    return {name: texts} if here else {}
+    return {name: texts}
 
 
 def read_retrieval_sets(

@@ -523,7 +523,7 @@ def vector_width(spec: str, argument: str = "--model") -> int | None:
     """The width of a model SPEC's vectors read from its files, without loading it: an hf_tlaser config's sentence
     vector, a sentence-transformers folder's last Dense output, else its Pooling's (the token width times the modes
     it concatenates). None where the files do not say it (the width is then known once the model is loaded)."""
-    folder, _ = model_folder(spec, f"{argument} {spec!r}", None, SPEC_HELP)
+    folder, _ = model_folder(spec, f"{argument} {spec!r}", hint=SPEC_HELP)
     config = _read_config(folder / "config.json", f"{argument} {spec!r}")
     if config is not None and config.get("model_type") in MODEL_TYPES:
         return sentence_vector_size(config)

@@ -32,7 +32,7 @@ from hf_tlaser.model_folders import ADD_LANGUAGE_RECORD, model_folder
 from hf_tlaser.training.cli import build_parser, parse_namespace
 from hf_tlaser.training.families import train
 from hf_tlaser.training.presets import BACKBONE_MEMBERS
-from hf_tlaser.training.run_dir import RECORD as TRAIN_RECORD
+from hf_tlaser.training.run_dir import read_record
 from hf_tlaser.training.spec import RunSpec
 
 DISTILL_WEIGHT = 500.0
@@ -79,8 +79,7 @@ def build_add_parser() -> argparse.ArgumentParser:
 def start_family(folder: Path, where: str) -> str:
     """The ``--model`` of a trained member folder (its ``hf_tlaser_train.json``); UsageError for a folder that is no
     warm-started member."""
-    record = folder / TRAIN_RECORD
-    model = json.loads(record.read_text(encoding="utf-8"))["args"]["model"] if record.is_file() else None
+    model = ((read_record(folder) or {}).get("args") or {}).get("model")
     if model not in BACKBONE_MEMBERS:
         raise UsageError(
             f"{where}: not an hf_tlaser {'/'.join(BACKBONE_MEMBERS)} model trained by hf-tlaser train --init-from "

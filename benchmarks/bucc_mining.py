@@ -36,9 +36,9 @@ from pathlib import Path
 
 import numpy as np
 
+from hf_tlaser.bitext.mining import mine
 from hf_tlaser.errors import UsageError
 from hf_tlaser.evaluation.lexical import tfidf_char_embed
-from hf_tlaser.evaluation.mining import mine
 from hf_tlaser.evaluation.readers import corpus_folder, read_flores_devtest, read_ntrex128
 
 logger = logging.getLogger("benchmarks.bucc_mining")

@@ -65,7 +65,8 @@ def worker(folder: Path, index: str, threads: int, out: Path) -> None:
     """Mine src against tgt with ``index``; write the mined pairs and print time and peak RSS as JSON."""
     import faiss
 
-    from hf_tlaser.inference.mine import Rows, SearchPlan, mine_vectors
+    from hf_tlaser.bitext.index import Rows, SearchPlan
+    from hf_tlaser.bitext.mining import mine_vectors
 
     faiss.omp_set_num_threads(threads)
     src = np.load(folder / "src.npy", mmap_mode="r")
@@ -85,13 +86,13 @@ def worker(folder: Path, index: str, threads: int, out: Path) -> None:
 
 def compressed_spec(size: int) -> str:
     """The index ``--index auto`` picks above the exact threshold, for ``size`` rows."""
-    from hf_tlaser.inference import mine
+    from hf_tlaser.bitext import index
 
-    saved, mine.EXACT_MAX_ROWS = mine.EXACT_MAX_ROWS, 0
+    saved, index.EXACT_MAX_ROWS = index.EXACT_MAX_ROWS, 0
     try:
-        return mine.default_index(size, DIM)
+        return index.default_index(size, DIM)
     finally:
-        mine.EXACT_MAX_ROWS = saved
+        index.EXACT_MAX_ROWS = saved
 
 
 def pair_set(path: Path) -> set[tuple[int, int]]:

@@ -91,31 +91,12 @@ MODULES: dict[str, dict[str, list[str]]] = {
             "xǁEmbedderǁ_encode",
             "xǁEmbedderǁ__call__",
             "x_check_args",
-            "x_count_lines",
+            "x_scan_input",
             "x_run",
             "x_embed_locked",
         ],
-        # the kNN search (exact, sharded, re-scored), the index checks, the margin and threshold selection, the texts
-        # read, the TSV written, the output checks, the lock and --model's temporaries (main)
+        # the texts read, the TSV written, the output checks, the lock and --model's temporaries (main)
         "hf_tlaser/inference/mine.py": [
-            "xǁRowsǁtake",
-            "xǁRowsǁblocks",
-            "xǁSearchPlanǁspec",
-            "x_default_index",
-            "x_require_faiss",
-            "x_faiss_reason",
-            "x_make_index",
-            "x_check_index",
-            "x_use_gpu",
-            "x_train",
-            "x_shard_rows",
-            "x_merge_top_k",
-            "x_exact_cosines",
-            "x_search",
-            "x__search",
-            "x_mine_vectors",
-            "x_read_texts",
-            "x_unique_rows",
             "x_write_pairs",
             "x_check_outputs",
             "x_check_input",
@@ -148,6 +129,30 @@ MODULES: dict[str, dict[str, list[str]]] = {
         "hf_tlaser/inference/lines.py": ["*"],
         # writability, free space, write errors, the output lock
         "hf_tlaser/inference/guards.py": ["*"],
+    },
+    "bitext": {
+        # issue 49's bitext layer: the kNN search at scale (exact, sharded, re-scored), the index checks, the mining,
+        # the retrieval modes, the texts read once and the one TSV writer
+        "hf_tlaser/bitext/index.py": [
+            "xǁRowsǁtake",
+            "xǁRowsǁblocks",
+            "xǁSearchPlanǁspec",
+            "x_default_index",
+            "x_require_faiss",
+            "x_faiss_reason",
+            "x_make_index",
+            "x_check_index",
+            "x_use_gpu",
+            "x_train",
+            "x_shard_rows",
+            "x_merge_top_k",
+            "x_exact_cosines",
+            "x_search",
+            "x__search",
+        ],
+        "hf_tlaser/bitext/mining.py": ["x_mine", "x_mine_vectors", "x_write_bitexts"],
+        "hf_tlaser/bitext/select.py": ["x_select_pairs", "x_greedy_one_to_one", "x_unique_rows"],
+        "hf_tlaser/bitext/texts.py": ["x_read_texts", "x_tsv_field", "x_write_tsv"],
     },
     # the embeddings file: sidecar, shards joined, resumable writer, allocation
     "store": {"hf_tlaser/inference/store.py": ["*"]},
@@ -191,6 +196,13 @@ INFERENCE_TESTS = [
 TEST_FILES: dict[str, list[str]] = {
     **dict.fromkeys(("losses", "warm", "distill", "cache", "loading"), CORE_TESTS),
     **dict.fromkeys(("inference", "store", "backends"), INFERENCE_TESTS),
+    "bitext": [
+        "tests/test_mine.py",
+        "tests/test_reliability.py",
+        "tests/test_mutants_inference.py",
+        "tests/test_embed.py",
+        "tests/test_eval_retrieval.py",
+    ],
 }
 # subprocesses import the tree's code, not the mutant (DDP, push, fresh process, embed's --shard job array and its 2
 # processes under accelerate launch, bench_backends' workers: its tests also load scripts/, which the work dir lacks);
@@ -260,6 +272,30 @@ QUICK_TESTS = {
         "tests/test_mutants_inference.py",
         "tests/test_mine.py",
         "tests/test_reliability.py",
+    ],
+    "hf_tlaser/bitext/index.py": [
+        "tests/test_mutants_inference.py",
+        "tests/test_mine.py",
+        "tests/test_reliability.py",
+        "tests/test_eval_retrieval.py",
+    ],
+    "hf_tlaser/bitext/mining.py": [
+        "tests/test_mutants_inference.py",
+        "tests/test_mine.py",
+        "tests/test_reliability.py",
+        "tests/test_eval_retrieval.py",
+    ],
+    "hf_tlaser/bitext/select.py": [
+        "tests/test_mutants_inference.py",
+        "tests/test_mine.py",
+        "tests/test_reliability.py",
+        "tests/test_eval_retrieval.py",
+    ],
+    "hf_tlaser/bitext/texts.py": [
+        "tests/test_mutants_inference.py",
+        "tests/test_mine.py",
+        "tests/test_reliability.py",
+        "tests/test_eval_retrieval.py",
     ],
     "hf_tlaser/inference/export.py": ["tests/test_export.py", "tests/test_reliability.py", "tests/test_backends.py"],
     "hf_tlaser/inference/lines.py": ["tests/test_reliability.py", "tests/test_embed.py", "tests/test_mine.py"],

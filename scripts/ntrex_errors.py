@@ -26,7 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from hf_tlaser.evaluation.knn import l2_normalize, margin_candidates
+from hf_tlaser.bitext.knn import l2_normalize
+from hf_tlaser.bitext.margin import margin_candidates
 from hf_tlaser.evaluation.readers import read_ntrex128
 from hf_tlaser.teachers import load_teacher
 

@@ -36,7 +36,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("hf_tlaser.errors", "hf_tlaser.commands", "hf_tlaser.version", "hf_tlaser.hardware"),
     ("hf_tlaser.data", "hf_tlaser.models"),
     ("hf_tlaser", "hf_tlaser.losses", "hf_tlaser.encoding", "hf_tlaser.backends", "hf_tlaser.tokenization"),
-    ("hf_tlaser.model_folders",),
+    ("hf_tlaser.model_folders", "hf_tlaser.bitext"),
     ("hf_tlaser.teachers",),
     ("hf_tlaser.training", "hf_tlaser.evaluation"),
     ("hf_tlaser.hub", "hf_tlaser.inference"),

@@ -273,3 +273,22 @@ def test_sidecar_is_json_beside_a_plain_npy(st_folder, input_file, tmp_path):
         "shard", "truncated", "prompt", "precision", "documents", "hf_tlaser_version",
     }  # fmt: skip
     assert expected_keys <= set(meta)
+
+
+def test_lines_held_in_memory_are_chunked_and_cut_as_the_file_is(tmp_path):
+    """``mine --model`` hands ``embed`` the lines it read: the same chunks, and the same cut, as reading the file."""
+    from hf_tlaser.inference.embed import Source, read_chunks, scan_input
+    from hf_tlaser.inference.lines import MAX_LINE_CHARS
+
+    texts = ["short", "x" * (MAX_LINE_CHARS + 5), "", "last"]
+    path = tmp_path / "in.txt"
+    path.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    scanned = scan_input(path)
+    assert (scanned.lines, scanned.texts) == (4, None)
+    plan = plan_lines(4, 3, None)
+    held = list(read_chunks(Source(path, 4, scanned.sha256, texts), plan))
+    assert held == list(read_chunks(scanned, plan))
+    assert [(chunk, [len(line) for line in lines], cut) for chunk, lines, cut in held] == [
+        (0, [5, MAX_LINE_CHARS, 0], 1),
+        (1, [4], 0),
+    ]

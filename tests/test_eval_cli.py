@@ -152,7 +152,7 @@ def test_help_shows_defaults_and_full_sentences(capsys):
 def test_faiss_import_probing_is_not_logged():
     code = (
         "import logging; logging.basicConfig(level=logging.DEBUG)\n"
-        "from hf_tlaser.evaluation.knn import faiss_available\nassert faiss_available()"
+        "from hf_tlaser.bitext.knn import faiss_available\nassert faiss_available()"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr

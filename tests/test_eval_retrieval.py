@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
+from hf_tlaser.bitext.knn import faiss_available, knn
 from hf_tlaser.evaluation import load_metric, mine, precision_at_1, xsim, xsim_both, xsim_matrix
-from hf_tlaser.evaluation.knn import faiss_available, knn
 
 S3 = 1 / np.sqrt(3)
 # Sources are the unit axes; target 0 is a hub (equally close to every source), target 1 is a poor
@@ -157,7 +157,7 @@ def test_sparse_embeddings_match_dense():
 def test_neighbour_lists_and_scores_equal_the_per_pair_search():
     """``score_retrieval`` computes each kNN list once (one sparse product per pair): bit for bit the lists, xsim and
     mining F1 of searching every pair on its own, for TF-IDF rows (sorted), rows in no order and dense rows."""
-    from hf_tlaser.evaluation.knn import NeighbourLists, _one_product, l2_normalize
+    from hf_tlaser.bitext.knn import NeighbourLists, _one_product, l2_normalize
     from hf_tlaser.evaluation.lexical import tfidf_char_embed
     from hf_tlaser.evaluation.mining import mining_f1
     from hf_tlaser.evaluation.suite import score_retrieval
@@ -194,7 +194,7 @@ def test_neighbour_lists_and_scores_equal_the_per_pair_search():
 def test_ratio_margin_without_any_shared_feature_is_not_nan():
     """Sparse lexical vectors of two scripts share nothing: every cosine and every k-NN mean is 0. The ratio margin
     must score such rows 0 (a miss), not 0/0 = NaN, which argmax would take as the best candidate."""
-    from hf_tlaser.evaluation.knn import margin_candidates
+    from hf_tlaser.bitext.margin import margin_candidates
 
     src = np.eye(6, 12, dtype=np.float32)  # rows use features 0-5
     tgt = np.eye(6, 12, k=6, dtype=np.float32)  # rows use features 6-11: no overlap at all

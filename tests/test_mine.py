@@ -8,7 +8,10 @@ import json
 import numpy as np
 import pytest
 
-from hf_tlaser.inference.mine import Rows, SearchPlan, default_index, main, mine_vectors, search, unique_rows
+from hf_tlaser.bitext.index import Rows, SearchPlan, default_index, search
+from hf_tlaser.bitext.mining import mine_vectors
+from hf_tlaser.bitext.select import unique_rows
+from hf_tlaser.inference.mine import main
 from hf_tlaser.inference.store import write_sidecar
 
 faiss = pytest.importorskip("faiss")

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from hf_tlaser import backends
+from hf_tlaser.bitext import index, mining
 from hf_tlaser.errors import UsageError
 from hf_tlaser.inference import mine, store
 from hf_tlaser.inference.guards import OutputLock
@@ -184,9 +185,9 @@ def test_the_sidecar_is_indented_json_that_keeps_non_ascii_text(tmp_path):
 
 
 def test_cpu_never_searches_on_a_gpu_that_faiss_sees(monkeypatch):
-    monkeypatch.setattr(mine, "require_faiss", lambda: SimpleNamespace(get_num_gpus=lambda: 1))
-    assert mine.use_gpu("cpu") is False
-    assert mine.use_gpu("auto") is True and mine.use_gpu("gpu") is True
+    monkeypatch.setattr(index, "require_faiss", lambda: SimpleNamespace(get_num_gpus=lambda: 1))
+    assert index.use_gpu("cpu") is False
+    assert index.use_gpu("auto") is True and index.use_gpu("gpu") is True
 
 
 def test_an_index_is_trained_on_distinct_rows(monkeypatch):
@@ -198,18 +199,18 @@ def test_an_index_is_trained_on_distinct_rows(monkeypatch):
         def train(self, vectors):
             seen.append(np.asarray(vectors))
 
-    monkeypatch.setattr(mine, "require_faiss", lambda: SimpleNamespace(try_extract_index_ivf=lambda index: None))
+    monkeypatch.setattr(index, "require_faiss", lambda: SimpleNamespace(try_extract_index_ivf=lambda index: None))
     array = np.eye(50, dtype=np.float32)
-    mine.train(Index(), mine.Rows(array, np.arange(50)), mine.SearchPlan(train_size=50, seed=3))
+    index.train(Index(), index.Rows(array, np.arange(50)), index.SearchPlan(train_size=50, seed=3))
     assert len(seen) == 1 and seen[0].shape == (50, 50)
     assert len({row.argmax() for row in seen[0]}) == 50  # each row once
 
 
 def test_the_search_logs_what_it_searched_and_mined(caplog):
     rng = np.random.default_rng(0)
-    rows = mine.Rows(rng.normal(size=(20, 8)).astype(np.float32), np.arange(20))
-    with caplog.at_level(logging.INFO, logger="hf_tlaser.inference.mine"):
-        mined = mine.mine_vectors(rows, rows, k=2, threshold=100.0, plan=mine.SearchPlan(index="Flat"))
+    rows = index.Rows(rng.normal(size=(20, 8)).astype(np.float32), np.arange(20))
+    with caplog.at_level(logging.INFO, logger="hf_tlaser.bitext"):
+        mined = mining.mine_vectors(rows, rows, k=2, threshold=100.0, plan=index.SearchPlan(index="Flat"))
     assert "searched Flat database rows 0-20 with 20 queries" in caplog.text
     assert f"mined {len(mined.scores)} pairs (0 above the threshold) in " in caplog.text
 

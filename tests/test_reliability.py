@@ -10,6 +10,7 @@ hostile user meets it, on tiny models. Each command test here failed on the code
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -296,7 +297,7 @@ def test_read_lines_cuts_a_huge_line_in_bounded_reads(tmp_path):
 def test_embed_cuts_a_huge_line_before_tokenising_it(tlaser_folder, tmp_path, monkeypatch):
     """A 10 MB line took 2.36 GB and 38 s: every text was tokenised whole, without truncation."""
     from hf_tlaser.inference import embed
-    from hf_tlaser.inference.lines import MAX_LINE_CHARS, text_digest
+    from hf_tlaser.inference.lines import MAX_LINE_CHARS
 
     source = tmp_path / "in.txt"
     source.write_text("Stocks fall.\n" + "word " * (MAX_LINE_CHARS // 2) + "\nDie Börse fällt.\n", encoding="utf-8")
@@ -312,7 +313,7 @@ def test_embed_cuts_a_huge_line_before_tokenising_it(tlaser_folder, tmp_path, mo
     meta = json.loads((tmp_path / "out.npy.json").read_text())
     assert (meta["cut"], meta["truncated"], meta["count"]) == (1, 1, 3)
     assert max(longest) <= MAX_LINE_CHARS
-    assert meta["input_sha256"] == text_digest(source)
+    assert meta["input_sha256"] == hashlib.sha256(source.read_bytes()).hexdigest()
 
 
 def test_embed_refuses_a_file_with_carriage_return_line_endings(tlaser_folder, tmp_path, capsys):
@@ -404,7 +405,7 @@ def test_a_malformed_backends_json_is_ignored_with_a_warning(tlaser_folder, tmp_
     ],
 )
 def test_an_index_the_search_cannot_run_is_refused_before_it(tmp_path, monkeypatch, capsys, spec, message):
-    from hf_tlaser.inference import mine
+    from hf_tlaser.bitext import mining
 
     rng = np.random.default_rng(0)
     (tmp_path / "src.txt").write_text("".join(f"source {i}\n" for i in range(1000)), encoding="utf-8")
@@ -412,13 +413,13 @@ def test_an_index_the_search_cannot_run_is_refused_before_it(tmp_path, monkeypat
     write_embeddings(tmp_path / "src.npy", rng.normal(size=(1000, 16)))
     write_embeddings(tmp_path / "tgt.npy", rng.normal(size=(1000, 16)))
     searched = []
-    search = mine.search
+    search = mining.search
 
     def spy(*args, **kwargs):
         searched.append(1)
         return search(*args, **kwargs)
 
-    monkeypatch.setattr(mine, "search", spy)
+    monkeypatch.setattr(mining, "search", spy)
     one_line(capsys, hf_tlaser_main(["mine", *mine_args(tmp_path, "--index", spec)]), f"--index {spec!r}", message)
     assert not searched and not (tmp_path / "mined.tsv").exists()
 
@@ -614,6 +615,45 @@ def test_mine_with_a_model_keeps_its_embeddings_beside_the_output(tlaser_folder,
     assert sorted(p.name for p in output.parent.iterdir()) == ["pairs.png", "pairs.tsv"]
 
 
+def test_each_text_file_is_read_once_by_mine_and_twice_by_embed(tlaser_folder, tmp_path, monkeypatch):
+    """``mine --model`` read each text file six times (checked, counted, hashed, embedded, read, hashed again) and
+    re-parsed an argv list for ``embed``; now it reads each file once and hands its lines to ``embed``. ``embed``
+    reads its input twice: one pass counts, checks and hashes it, one embeds it."""
+    from hf_tlaser.data import readers
+    from hf_tlaser.inference import embed, lines
+
+    (tmp_path / "src.txt").write_text("Stocks fall.\nIt rains.\nStocks fall.\n", encoding="utf-8")
+    (tmp_path / "tgt.txt").write_text("Die Börse fällt.\nEs regnet.\n", encoding="utf-8")
+    opened = []
+
+    def counting(module):
+        real = module.open_binary
+
+        def spy(path):
+            opened.append(Path(path).name)
+            return real(path)
+
+        monkeypatch.setattr(module, "open_binary", spy)
+
+    counting(readers)
+    counting(lines)
+    monkeypatch.setattr(embed, "build_parser", lambda: pytest.fail("mine --model re-parsed an embed command line"))
+    args = ["mine", "--src", str(tmp_path / "src.txt"), "--tgt", str(tmp_path / "tgt.txt"), "--threads", "1"]
+    output = tmp_path / "pairs.tsv"
+    assert hf_tlaser_main([*args, "--model", str(tlaser_folder), "--output", str(output), "--precision", "fp32"]) == 0
+    assert sorted(opened) == ["src.txt", "tgt.txt"]
+    assert len(output.read_text(encoding="utf-8").splitlines()) <= 2
+    opened.clear()
+    monkeypatch.undo()
+    counting(readers)
+    counting(lines)
+    assert hf_tlaser_main(embed_args(tlaser_folder, tmp_path / "src.txt", tmp_path / "src.npy")) == 0
+    assert opened == ["src.txt", "src.txt"]
+    meta = json.loads((tmp_path / "src.npy.json").read_text())
+    assert meta["input_sha256"] == hashlib.sha256((tmp_path / "src.txt").read_bytes()).hexdigest()
+    assert meta["count"] == 3
+
+
 def test_resume_refuses_an_input_edited_to_the_same_length(tlaser_folder, tmp_path, monkeypatch, capsys):
     """``--resume`` after an edit that kept the byte length kept the old vectors of the lines done before it."""
     from hf_tlaser.inference import EmbeddingsWriter
@@ -642,7 +682,8 @@ def test_resume_refuses_an_input_edited_to_the_same_length(tlaser_folder, tmp_pa
 def test_the_histogram_of_equal_scores_is_drawn(tmp_path):
     """Scores equal but for float32 rounding (a few pairs of a random model) stopped ``mine`` after the search with
     numpy's "Too many bins for data range" traceback."""
-    from hf_tlaser.inference.mine import Mined, plot_histogram
+    from hf_tlaser.bitext.mining import Mined
+    from hf_tlaser.inference.mine import plot_histogram
 
     scores = np.array([1.0, np.nextafter(np.float32(1.0), np.float32(2.0))], dtype=np.float32)
     mined = Mined(scores, np.arange(2), np.arange(2), 2)

@@ -38,18 +38,23 @@ def group_features(languages: Sequence[str] = LANGUAGES) -> datasets.Features:
     return datasets.Features({**columns, "corpus": datasets.Value("string")})
 
 
-def _open_binary(path: Path) -> IO[bytes]:
+def open_binary(path: Path) -> IO[bytes]:
+    """A plain or gzipped (``.gz``) file, read as bytes."""
     return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
 
 
-def iter_lines(path: PathLike) -> Iterator[str]:
-    """Lines of a plain or gzipped UTF-8 file without ``"\\n"``/``"\\r"``; split on ``"\\n"`` only.
+def iter_lines(path: PathLike, update: Callable[[bytes], object] | None = None) -> Iterator[str]:
+    """Lines of a plain or gzipped UTF-8 file without ``"\\n"``/``"\\r"``; split on ``"\\n"`` only. ``update`` (e.g.
+    a ``hashlib`` object's), when given, is called with every line's bytes (decompressed), so that one pass also
+    hashes the file.
 
     Raises DataFormatError naming the file and the 1-based line number on bytes that are not UTF-8.
     """
     path = Path(path)
-    with _open_binary(path) as handle:
+    with open_binary(path) as handle:
         for lineno, raw in enumerate(handle, start=1):
+            if update is not None:
+                update(raw)
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as err:
@@ -61,7 +66,7 @@ def iter_lines(path: PathLike) -> Iterator[str]:
 
 def count_lines(path: PathLike) -> int:
     """Number of lines of a plain or gzipped file (a last line without ``"\\n"`` counts)."""
-    with _open_binary(Path(path)) as handle:
+    with open_binary(Path(path)) as handle:
         return sum(1 for _ in handle)
 
 

@@ -6,12 +6,13 @@ Everything works on embeddings (numpy or torch) or on an ``embed(texts) -> np.nd
 independent of the model. kNN uses faiss when importable, else torch (``backend=`` to force one).
 """
 
+from hf_tlaser.bitext.knn import knn
+from hf_tlaser.bitext.margin import MARGINS
+from hf_tlaser.bitext.mining import mine, write_bitexts
 from hf_tlaser.model_folders import laser_mldoc_cleanup
 
 from .classifier import ClassifierConfig, TransferResult, select_epoch, zero_shot_transfer
-from .knn import MARGINS, knn
 from .metrics import load_metric, metric_path
-from .mining import mine, write_bitexts
 from .plots import (
     plot_bars,
     plot_embeddings,

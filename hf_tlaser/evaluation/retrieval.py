@@ -3,7 +3,7 @@
 Row i of the source matrix is the translation of row i of the target matrix. Embeddings are L2-normalised,
 the k nearest targets by cosine are re-scored with the margin (``absolute``: cosine, ``distance``:
 cos - avg_knn, ``ratio``: cos / avg_knn, avg_knn as in LASER's ``xsim.py``) and the best one is retrieved.
-kNN runs on faiss when importable, else torch (see :mod:`hf_tlaser.evaluation.knn`).
+kNN runs on faiss when importable, else torch (see :mod:`hf_tlaser.bitext.knn`).
 """
 
 from __future__ import annotations
@@ -11,11 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import numpy as np
-import torch
 
-from .knn import Backend, Candidates, NeighbourLists, as_matrix, check_pair, l2_normalize, margin_candidates
-
-Array = np.ndarray | torch.Tensor
+from hf_tlaser.bitext.knn import Array, Backend, NeighbourLists, as_matrix, check_pair, l2_normalize
+from hf_tlaser.bitext.margin import Candidates, list_candidates, margin_candidates
 
 
 def _retrieve(src: np.ndarray, tgt: np.ndarray, margin: str, k: int, backend: Backend) -> np.ndarray:
@@ -99,7 +97,7 @@ class AlignedSearch:
         """Margin-scored candidates of the ``a`` queries among the ``b`` targets, and of those targets among them."""
         query, target = ("query", a), (self._target, b)
         check_pair(self.lists.mats[query], self.lists.mats[target])
-        return self.lists.candidates(query, target, margin)
+        return list_candidates(self.lists, query, target, margin)
 
     def xsim(self, a: str, b: str, margin: str = "ratio") -> float:
         """xsim error (%) searching ``b`` for the ``a`` queries (as :func:`xsim`)."""

@@ -22,10 +22,10 @@ from pathlib import Path
 import numpy as np
 from scipy import sparse
 
+from hf_tlaser.bitext.knn import Backend
 from hf_tlaser.errors import UsageError
 
 from .classifier import ClassifierConfig, Split, TransferResult, zero_shot_transfer
-from .knn import Backend
 from .lexical import NAME as LEXICAL_NAME
 from .lexical import tfidf_char_embed
 from .mining import candidates_f1

@@ -48,6 +48,7 @@ import torch
 from tqdm.auto import tqdm
 
 from hf_tlaser.backends import BACKENDS
+from hf_tlaser.bitext.texts import Texts
 from hf_tlaser.commands import print_summary, run_command
 from hf_tlaser.data.batching import pack_chunk
 from hf_tlaser.data.lengths import token_counts
@@ -66,7 +67,7 @@ from hf_tlaser.teachers.loading import (
 from hf_tlaser.version import __version__
 
 from .guards import OutputLock, check_writable, write_failed
-from .lines import MAX_LINE_CHARS, read_lines, text_digest
+from .lines import MAX_LINE_CHARS, read_lines
 from .store import DTYPES, EmbeddingsWriter, first_non_finite
 
 logger = logging.getLogger(__name__)
@@ -130,10 +131,25 @@ def plan_lines(lines: int, chunk_size: int, shard: tuple[int, int] | None) -> Pl
     return Plan(lines, chunk_size, index * total // count, (index + 1) * total // count)
 
 
-def read_chunks(path: Path, plan: Plan) -> Iterator[tuple[int, list[str], int]]:
+@dataclass(frozen=True)
+class Source:
+    """A run's input: its file, line count and SHA-256, and its lines when a caller already holds them in memory
+    (``hf-tlaser mine --model``), else ``None`` (read from the file in chunks)."""
+
+    path: Path
+    lines: int
+    sha256: str
+    texts: list[str] | None = None
+
+
+def read_chunks(source: Source, plan: Plan) -> Iterator[tuple[int, list[str], int]]:
     """``(chunk, its lines, how many of them were cut)`` for every chunk of ``plan``, read in one pass (lines cut
     to ``MAX_LINE_CHARS`` characters, :func:`~hf_tlaser.inference.lines.read_lines`)."""
-    lines = itertools.islice(read_lines(path), plan.start, plan.stop)
+    if source.texts is None:
+        lines = itertools.islice(read_lines(source.path), plan.start, plan.stop)
+    else:
+        held = itertools.islice(source.texts, plan.start, plan.stop)
+        lines = ((text[:MAX_LINE_CHARS], len(text) > MAX_LINE_CHARS) for text in held)
     for chunk in range(plan.chunks):
         begin, end = plan.bounds(chunk)
         pairs = list(itertools.islice(lines, end - begin))
@@ -204,6 +220,29 @@ class Embedder:
 # ---------------------------------------------------------------------------------------------------- the command
 
 
+@dataclass(frozen=True)
+class Job:
+    """What one ``hf-tlaser embed`` run does: its options (see :func:`build_parser`, whose defaults are these), and
+    ``texts``, the input's lines and digest when the caller has read them (``hf-tlaser mine --model``), so that the
+    file is not read again."""
+
+    model: str
+    input: str
+    output: str
+    prompt: str = AUTO
+    documents: str | None = None
+    dtype: str = "float32"
+    normalize: bool = False
+    precision: str = "auto"
+    backend: str = "auto"
+    batch_size: int = 128
+    max_tokens: int = 8192
+    chunk_size: int = 10_000
+    shard: str | None = None
+    resume: bool = False
+    texts: Texts | None = None
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``hf-tlaser embed`` argument parser."""
     parser = argparse.ArgumentParser(
@@ -219,7 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--output", required=True, metavar="PATH.npy", help="the embeddings file to write")
     parser.add_argument(
         "--prompt",
-        default=AUTO,
+        default=Job.prompt,
         metavar="NAME",
         help="sentence-transformers prompt: auto (the model's 'query' prompt when it has one, e5's for symmetric "
         "tasks such as bitext mining, else its default prompt), none, or a prompt name (default: %(default)s)",
@@ -230,30 +269,32 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"each line is a document: whole (one sequence, its first {DOCUMENT_WORDS} words, as T-LASER) or "
         "sentences (the mean of its sentences' vectors, as LASER)",
     )
-    parser.add_argument("--dtype", choices=DTYPES, default="float32", help="stored dtype (default: %(default)s)")
+    parser.add_argument("--dtype", choices=DTYPES, default=Job.dtype, help="stored dtype (default: %(default)s)")
     parser.add_argument("--normalize", action="store_true", help="scale every vector to unit length")
     parser.add_argument(
         "--precision",
         choices=PRECISIONS,
-        default="auto",
+        default=Job.precision,
         help="forward precision; auto: bf16 where the device runs it natively, else fp32 (default: %(default)s)",
     )
     parser.add_argument(
         "--backend",
         choices=("auto", *BACKENDS),
-        default="auto",
+        default=Job.backend,
         help="what runs an hf_tlaser model: torch, or the files hf-tlaser export wrote into its folder; auto (with "
         "--precision auto): the fastest backend measured on this CPU class without quality loss (the folder's "
         "backends.json), else torch (default: %(default)s)",
     )
-    parser.add_argument("--batch-size", type=int, default=128, help="rows per batch at most (default: %(default)s)")
     parser.add_argument(
-        "--max-tokens", type=int, default=8192, help="padded tokens per batch at most (default: %(default)s)"
+        "--batch-size", type=int, default=Job.batch_size, help="rows per batch at most (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--max-tokens", type=int, default=Job.max_tokens, help="padded tokens per batch at most (default: %(default)s)"
     )
     parser.add_argument(
         "--chunk-size",
         type=int,
-        default=10_000,
+        default=Job.chunk_size,
         help="lines read, length-sorted and written at a time: bounds memory, and what a killed run loses at most "
         "(default: %(default)s)",
     )
@@ -268,7 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def check_args(args: argparse.Namespace) -> tuple[Path, Path, tuple[int, int] | None]:
+def check_args(args: Job) -> tuple[Path, Path, tuple[int, int] | None]:
     """The checks that need neither the model nor more than a glance at the files; input, output and shard."""
     for flag in ("batch_size", "max_tokens", "chunk_size"):
         if getattr(args, flag) < 1:
@@ -289,12 +330,13 @@ def check_args(args: argparse.Namespace) -> tuple[Path, Path, tuple[int, int] | 
     return source, output, shard
 
 
-def count_lines(source: Path, argument: str = "--input") -> int:
-    """The input's line count, every line decoded (``UsageError`` naming the first line that is not UTF-8, or a
-    file with ``\r`` line endings); logs how many lines are over ``MAX_LINE_CHARS`` characters."""
+def scan_input(source: Path, argument: str = "--input") -> Source:
+    """The input's line count and SHA-256 in one pass, every line decoded (``UsageError`` naming the first line that
+    is not UTF-8, or a file with ``\r`` line endings); logs how many lines are over ``MAX_LINE_CHARS`` characters."""
     lines = cut = 0
+    digest = hashlib.sha256()
     try:
-        for _, was_cut in read_lines(source):
+        for _, was_cut in read_lines(source, update=digest.update):
             lines += 1
             cut += was_cut
     except UsageError as err:
@@ -306,7 +348,7 @@ def count_lines(source: Path, argument: str = "--input") -> int:
         raise UsageError(f"{argument} {source}: no lines; nothing to embed")
     if cut:
         logger.warning("%s: %d lines are over %d characters and are cut to them", source, cut, MAX_LINE_CHARS)
-    return lines
+    return Source(source, lines, digest.hexdigest())
 
 
 def distributed_state():
@@ -317,7 +359,7 @@ def distributed_state():
     return PartialState(cpu=not torch.cuda.is_available())
 
 
-def run(args: argparse.Namespace) -> dict | None:
+def run(args: Job) -> dict | None:
     """Embed ``args.input`` into ``args.output``; the run's summary on the first process (None on the others)."""
     source, output, shard = check_args(args)
     state = distributed_state()
@@ -331,14 +373,16 @@ def run(args: argparse.Namespace) -> dict | None:
             lock.release()
 
 
-def embed_locked(
-    args: argparse.Namespace, source: Path, output: Path, shard: tuple[int, int] | None, state
-) -> dict | None:
+def embed_locked(args: Job, path: Path, output: Path, shard: tuple[int, int] | None, state) -> dict | None:
     """:func:`run` once the output is locked (by the first process)."""
     finished = EmbeddingsWriter.check_output(output, args.resume)
     if finished:
         return {"output": str(output), "status": "already finished (--resume has nothing to do)"}
-    lines = count_lines(source)
+    if args.texts is None:
+        source = scan_input(path)
+    else:
+        source = Source(path, len(args.texts.lines), args.texts.sha256, args.texts.lines)
+    lines = source.lines
     plan = plan_lines(lines, args.chunk_size, shard)
     width = vector_width(args.model)
     if width is not None:  # before the model loads; prepare checks again with the loaded model's width
@@ -362,8 +406,8 @@ def embed_locked(
         dtype=args.dtype,
         normalized=args.normalize,
         input=str(args.input),
-        input_size=source.stat().st_size,
-        input_sha256=text_digest(source),
+        input_size=path.stat().st_size,
+        input_sha256=source.sha256,
         input_lines=lines,
         start=plan.start,
         stop=plan.stop,
@@ -405,7 +449,7 @@ def embed_locked(
             bad = first_non_finite(stored)
             if bad is not None:  # a broken weight (NaN) or an overflow: never written as if it were a vector
                 raise UsageError(
-                    f"--model {args.model}: the vector of line {plan.bounds(chunk)[0] + bad + 1} of {source} is not "
+                    f"--model {args.model}: the vector of line {plan.bounds(chunk)[0] + bad + 1} of {path} is not "
                     f"finite (NaN or Inf as {args.dtype}); check the model's weights and --precision; its chunk was "
                     "not written (--resume continues there)"
                 )
@@ -445,7 +489,7 @@ def embed_locked(
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``hf-tlaser embed``: 0 on success, 2 with one line on stderr for a usage mistake."""
-    args = build_parser().parse_args(argv)
+    args = Job(**vars(build_parser().parse_args(argv)))
     try:
         return run_command("hf-tlaser embed", lambda: print_summary(run(args)))
     finally:

@@ -1,5 +1,4 @@
-"""Lines of a text file in bounded memory, for ``hf-tlaser embed`` (and ``mine --model``), and TSV fields that keep
-their columns and rows.
+"""Lines of a text file in bounded memory, for ``hf-tlaser embed``.
 
 A line is split on ``"\\n"`` only, its trailing ``"\\r"``/``"\\n"`` removed and a first line's BOM dropped, as
 :func:`hf_tlaser.data.readers.iter_lines` does, so line numbers agree with ``wc -l`` and with ``hf-tlaser mine``. A
@@ -12,13 +11,11 @@ is a file with ``"\\r"``-only (old Mac) line endings, which would otherwise be o
 from __future__ import annotations
 
 import codecs
-import gzip
-import hashlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO
 
+from hf_tlaser.data.readers import open_binary
 from hf_tlaser.errors import UsageError
 
 MAX_LINE_CHARS = 100_000
@@ -27,28 +24,25 @@ token limit (512 tokens are a few thousand characters), so a sentence's vector i
 sentences`` line loses its sentences past it."""
 BLOCK = 1 << 20
 """Bytes read at a time from the rest of a cut line."""
-TSV_BREAKS = "\t\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
-"""Characters that split a TSV's columns (tab) or its rows (every character ``str.splitlines`` breaks at)."""
-_TSV_TABLE = str.maketrans(dict.fromkeys(TSV_BREAKS, " "))
-
-
-def open_binary(path: Path) -> IO[bytes]:
-    """A plain or gzipped (``.gz``) file, read as bytes."""
-    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
 
 
 def _decode_error(path: Path, lineno: int, err: UnicodeDecodeError, offset: int = 0) -> UsageError:
     return UsageError(f"{path}:{lineno}: not valid UTF-8 ({err.reason} at byte {offset + err.start})")
 
 
-def read_lines(path: str | os.PathLike, limit: int = MAX_LINE_CHARS) -> Iterator[tuple[str, bool]]:
+def read_lines(
+    path: str | os.PathLike, limit: int = MAX_LINE_CHARS, update: Callable[[bytes], object] | None = None
+) -> Iterator[tuple[str, bool]]:
     """``(text, cut)`` for every line of a plain or gzipped UTF-8 file (see the module docstring); ``UsageError``
-    naming the line where bytes are not UTF-8 or where a cut line holds a ``"\\r"``."""
+    naming the line where bytes are not UTF-8 or where a cut line holds a ``"\\r"``. ``update`` (e.g. a ``hashlib``
+    object's), when given, is called with every byte read (decompressed), so that one pass also hashes the file."""
     path = Path(path)
     head_bytes = 4 * limit + 4  # at least ``limit`` characters, and the line end
     with open_binary(path) as handle:
         lineno = 0
         while raw := handle.readline(head_bytes):
+            if update is not None:
+                update(raw)
             lineno += 1
             decoder = codecs.getincrementaldecoder("utf-8")()
             long = not raw.endswith(b"\n") and len(raw) == head_bytes
@@ -59,6 +53,8 @@ def read_lines(path: str | os.PathLike, limit: int = MAX_LINE_CHARS) -> Iterator
             rest, returns, offset = 0, 0, len(raw)
             while long:
                 more = handle.readline(BLOCK)
+                if update is not None:
+                    update(more)
                 try:
                     decoder.decode(more, final=not more)
                 except UnicodeDecodeError as err:
@@ -76,18 +72,3 @@ def read_lines(path: str | os.PathLike, limit: int = MAX_LINE_CHARS) -> Iterator
                     "\\r line endings? convert them to \\n (tr '\\r' '\\n' < FILE > NEW)"
                 )
             yield (text[:limit], True) if cut else (text, False)
-
-
-def text_digest(path: str | os.PathLike) -> str:
-    """Hex SHA-256 of a text file's bytes, decompressed for ``.gz`` (a file and its gzipped copy agree)."""
-    digest = hashlib.sha256()
-    with open_binary(Path(path)) as handle:
-        while block := handle.read(BLOCK):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def tsv_field(text: str) -> tuple[str, bool]:
-    """``text`` with each tab and line-breaking character (``TSV_BREAKS``) replaced by a space, and whether any was."""
-    clean = text.translate(_TSV_TABLE)
-    return clean, clean != text

@@ -1,24 +1,17 @@
 """``hf-tlaser mine``: parallel sentences from two monolingual corpora, at any size that fits on disk.
 
-LASER's margin mining (``mine_bitexts.py``): every sentence's k nearest neighbours on the other side by cosine, each
-candidate pair scored with the margin (:func:`hf_tlaser.evaluation.knn.margin_scores`), pairs chosen by a retrieval
-mode (:func:`hf_tlaser.evaluation.mining.select_pairs`), each sentence used once, and the pairs above a threshold
-written best first. What differs from the evaluation :func:`~hf_tlaser.evaluation.mining.mine` is the search, which
-scales:
-
-* the vectors stay memory-mapped on disk (``hf-tlaser embed`` outputs); queries are read and searched in blocks;
-* below :data:`EXACT_MAX_ROWS` database rows the index is exact (``Flat``: inner product of unit vectors); above it
-  a faiss index-factory string (``--index``; default :func:`default_index`: an inverted file of about
-  ``4 sqrt(N)`` lists with product-quantised codes), trained on a random sample. An approximate index returns
-  ``refine x k`` candidates whose exact cosines are recomputed from the vectors on disk, and the best k are kept;
-* the database is cut into shards that fit ``--index-memory``; each shard's index is searched by every query block
-  and the top-k lists are merged, so no N x M matrix and no index larger than the budget is ever held;
-* faiss runs on all GPUs when faiss sees one (``faiss.get_num_gpus() > 0``), else on the CPU.
+The command around the bitext layer (:mod:`hf_tlaser.bitext`): each text file is read once (its lines and digest,
+:func:`~hf_tlaser.bitext.texts.read_texts`), the vectors come from ``hf-tlaser embed`` outputs or are embedded from
+those lines with ``--model`` (:func:`hf_tlaser.inference.embed.run`, the file not read again), and
+:func:`~hf_tlaser.bitext.mining.mine_vectors` mines them: every sentence's k nearest neighbours on the other side by
+cosine (:func:`~hf_tlaser.bitext.index.search`: exact up to 50,000 rows, a compressed faiss index above, sharded,
+on GPU when faiss sees one), LASER's margin, a retrieval mode, each sentence used once, and the pairs above a
+threshold written best first (:func:`~hf_tlaser.bitext.texts.write_tsv`) with a histogram of the scores.
 
 Identical lines are mined once (LASER's ``--unify``): the first occurrence's vector stands for all of them, and the
 TSV has each source text and each target text at most once. Blank lines are not mined. A tab or a line-breaking
-character inside a text (``\r``, U+2028, U+2029, U+0085, ...: :data:`~hf_tlaser.inference.lines.TSV_BREAKS`) is
-written as a space, so every TSV row has three columns; the texts changed so are counted and logged.
+character inside a text is written as a space, so every TSV row has three columns; the texts changed so are counted
+and logged.
 
 Before any search (and before ``--model`` loads): the outputs' folder is tried for writing, ``OUTPUT.lock`` is
 locked (one run per output), each embeddings file's recorded input is compared with ``--src``/``--tgt`` (their
@@ -36,296 +29,23 @@ import math
 import os
 import shutil
 import sys
-import time
-import zlib
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 
+from hf_tlaser.bitext.index import EXACT_MAX_ROWS, Rows, SearchPlan, check_index, require_faiss
+from hf_tlaser.bitext.margin import MARGINS
+from hf_tlaser.bitext.mining import Mined, mine_vectors
+from hf_tlaser.bitext.select import DEFAULT_THRESHOLDS, RETRIEVALS, unique_rows
+from hf_tlaser.bitext.texts import Texts, read_texts, write_tsv
 from hf_tlaser.commands import run_command
-from hf_tlaser.data.readers import iter_lines
 from hf_tlaser.errors import UsageError
-from hf_tlaser.evaluation.knn import MARGINS, import_faiss, l2_normalize, margin_scores
-from hf_tlaser.evaluation.mining import RETRIEVALS, select_pairs
 from hf_tlaser.hardware import PRECISIONS
 from hf_tlaser.inference import embed
 from hf_tlaser.inference.guards import OutputLock, check_space, check_writable, write_failed
-from hf_tlaser.inference.lines import text_digest, tsv_field
 from hf_tlaser.inference.store import check_compatible, first_non_finite, read_embeddings
 
 logger = logging.getLogger(__name__)
-
-EXACT_MAX_ROWS = 50_000
-"""Databases up to this many rows are searched exactly by default: measured, exact mining is faster than the
-compressed index up to about 40,000 lines a side on a CPU (docs/embed_and_mine.md)."""
-DEFAULT_THRESHOLDS = {"ratio": 1.04, "distance": 0.0, "absolute": 0.0}
-"""``--threshold`` by margin: 1.04 is the ratio threshold LASER's WikiMatrix README recommends for most pairs."""
-
-
-@dataclass
-class Rows:
-    """The unit-length float32 rows ``rows`` of a (memory-mapped) [N, d] array, read on demand."""
-
-    array: np.ndarray
-    rows: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    @property
-    def dim(self) -> int:
-        return int(self.array.shape[1])
-
-    def take(self, positions: np.ndarray) -> np.ndarray:
-        """The normalised vectors at ``positions`` (indices into ``rows``), as a float32 [len, d] array."""
-        return l2_normalize(np.asarray(self.array[self.rows[positions]], dtype=np.float32))
-
-    def blocks(self, size: int, start: int = 0, stop: int | None = None) -> Iterator[tuple[int, np.ndarray]]:
-        """``(offset, vectors)`` of consecutive blocks of at most ``size`` rows in ``[start, stop)``."""
-        stop = len(self) if stop is None else stop
-        for offset in range(start, stop, size):
-            yield offset, self.take(np.arange(offset, min(offset + size, stop)))
-
-
-@dataclass
-class SearchPlan:
-    """How the kNN search runs (``--index``, ``--nprobe``, ...); see the module docstring."""
-
-    index: str = "auto"
-    nprobe: int = 32
-    refine: int = 4
-    batch_size: int = 32768
-    index_memory: float = 4e9
-    train_size: int = 0
-    device: str = "auto"
-    seed: int = 0
-
-    def spec(self, rows: int, dim: int) -> str:
-        """The index-factory string for a database of ``rows`` vectors."""
-        return default_index(rows, dim) if self.index == "auto" else self.index
-
-
-def default_index(rows: int, dim: int) -> str:
-    """``Flat`` (exact) up to :data:`EXACT_MAX_ROWS` rows; above, ``IVF{L},PQ{m}x4fs``: L, a power of two near
-    ``4 sqrt(rows)``, inverted lists, and m half-byte fast-scan codes (m the largest even divisor of ``dim`` up to
-    ``dim / 4``; 48 bytes a 384-d vector). 8-bit PQ trains two orders of magnitude slower on CPU (measured)."""
-    if rows <= EXACT_MAX_ROWS:
-        return "Flat"
-    lists = 2 ** round(math.log2(4 * math.sqrt(rows)))
-    width = max([m for m in range(2, dim // 4 + 1, 2) if dim % m == 0], default=0)
-    return f"IVF{lists},PQ{width}x4fs" if width else f"IVF{lists},SQ8"
-
-
-def require_faiss() -> ModuleType:
-    """``faiss``, or ``UsageError`` saying how to install it."""
-    faiss = import_faiss()
-    if faiss is None:
-        raise UsageError("hf-tlaser mine needs faiss: pip install faiss-cpu (or faiss-gpu)")
-    return faiss
-
-
-INDEX_HINT = "give a faiss index-factory string such as Flat or IVF4096,PQ48"
-
-
-def faiss_reason(err: RuntimeError) -> str:
-    """The failed condition of a faiss error (its last line after ``Error: ``)."""
-    return str(err).strip().splitlines()[-1].split("Error: ", 1)[-1]
-
-
-def make_index(spec: str, dim: int):
-    """An empty faiss inner-product index from an index-factory string; ``UsageError`` when faiss refuses it."""
-    faiss = require_faiss()
-    try:
-        return faiss.index_factory(dim, spec, faiss.METRIC_INNER_PRODUCT)
-    except RuntimeError as err:
-        raise UsageError(f"--index {spec!r}: faiss refuses it ({faiss_reason(err)}); {INDEX_HINT}") from None
-
-
-TRIAL_ROWS = 8
-"""Rows a trained (or training-free) index is built and searched with before the real work."""
-
-
-def check_index(spec: str, rows: int, dim: int) -> None:
-    """``UsageError`` unless the search can run ``spec`` on a database of ``rows`` vectors: faiss builds it, it has
-    no more inverted lists than rows to train them on, it gives its code size (the shard size needs it), and, where
-    it needs no training, it adds and searches ``TRIAL_ROWS`` random vectors."""
-    faiss = require_faiss()
-    index = make_index(spec, dim)
-    ivf = faiss.try_extract_index_ivf(index)
-    if ivf is not None and ivf.nlist > rows:
-        lists = 2 ** max(0, round(math.log2(max(1.0, math.sqrt(rows)))))
-        raise UsageError(
-            f"--index {spec!r}: {ivf.nlist} inverted lists need at least as many rows to train on, the database has "
-            f"{rows}; give fewer lists (e.g. IVF{lists}) or Flat"
-        )
-    try:
-        index.sa_code_size()
-        if index.is_trained:
-            sample = l2_normalize(np.random.default_rng(0).normal(size=(TRIAL_ROWS, dim)).astype(np.float32))
-            index.add(sample)
-            index.search(sample[:1], 1)
-    except RuntimeError as err:
-        raise UsageError(
-            f"--index {spec!r}: faiss cannot run it as the search does (add, search, code size: "
-            f"{faiss_reason(err)}); {INDEX_HINT}"
-        ) from None
-
-
-def use_gpu(device: str) -> bool:
-    """Whether to search on GPUs: ``auto`` when faiss sees one, ``gpu`` (``UsageError`` without one), ``cpu`` never."""
-    gpus = require_faiss().get_num_gpus() if device != "cpu" else 0
-    if device == "gpu" and gpus == 0:
-        raise UsageError("--device gpu: faiss sees no GPU (install faiss-gpu, or give --device cpu)")
-    return gpus > 0
-
-
-def train(index, database: Rows, plan: SearchPlan) -> None:
-    """Train ``index`` (when it needs it) on a random sample of ``database``: ``plan.train_size`` rows, by default
-    64 per inverted list and at least 65536 (all rows when fewer)."""
-    if index.is_trained:
-        return
-    ivf = require_faiss().try_extract_index_ivf(index)
-    size = plan.train_size or max(64 * (ivf.nlist if ivf is not None else 0), 65536)
-    size = min(size, len(database))
-    sample = np.sort(np.random.default_rng(plan.seed).choice(len(database), size, replace=False))
-    started = time.perf_counter()
-    index.train(database.take(sample))
-    logger.info("trained %d-row index on %d rows in %.1fs", len(database), size, time.perf_counter() - started)
-
-
-def shard_rows(index, budget: float) -> int:
-    """Database rows per shard so that one shard's index takes about ``budget`` bytes (codes and 8-byte ids)."""
-    return max(1, int(budget // (index.sa_code_size() + 8)))
-
-
-def merge_top_k(
-    sims: np.ndarray, ids: np.ndarray, new_sims: np.ndarray, new_ids: np.ndarray, k: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """The k best of two ``(sims, ids)`` lists per row (missing entries: id -1, lowest sims)."""
-    all_sims, all_ids = np.concatenate([sims, new_sims], axis=1), np.concatenate([ids, new_ids], axis=1)
-    order = np.argsort(-all_sims, axis=1, kind="stable")[:, :k]
-    return np.take_along_axis(all_sims, order, axis=1), np.take_along_axis(all_ids, order, axis=1)
-
-
-def exact_cosines(queries: np.ndarray, database: Rows, ids: np.ndarray) -> np.ndarray:
-    """Cosines of each query with its candidate ``ids`` (-1: ``-inf``), from the vectors themselves."""
-    found = ids >= 0
-    vectors = database.take(np.where(found, ids, 0).ravel()).reshape(*ids.shape, database.dim)
-    return np.where(found, np.einsum("qd,qkd->qk", queries, vectors), -np.inf).astype(np.float32)
-
-
-def search(queries: Rows, database: Rows, k: int, plan: SearchPlan) -> tuple[np.ndarray, np.ndarray]:
-    """The k nearest ``database`` rows of every query by cosine: ``(sims, ids)``, [len(queries), k], best first.
-
-    Exact (``Flat``) or approximate (any other index-factory string; candidates re-scored exactly), database
-    sharded to fit ``plan.index_memory``, queries searched in blocks of ``plan.batch_size``.
-    """
-    spec = plan.spec(len(database), database.dim)
-    try:
-        return _search(queries, database, k, plan, spec)
-    except RuntimeError as err:  # what check_index could not try (an index that trains first)
-        raise UsageError(f"--index {spec!r}: faiss failed with it ({faiss_reason(err)}); {INDEX_HINT}") from None
-
-
-def _search(queries: Rows, database: Rows, k: int, plan: SearchPlan, spec: str) -> tuple[np.ndarray, np.ndarray]:
-    faiss = require_faiss()
-    trained = make_index(spec, database.dim)
-    exact = spec == "Flat"
-    k = min(k, len(database))
-    wanted = k if exact else min(k * plan.refine, len(database))
-    train(trained, database, plan)
-    ivf = faiss.try_extract_index_ivf(trained)
-    if ivf is not None:
-        ivf.nprobe = plan.nprobe  # clones (and GPU copies) keep it
-    gpu = use_gpu(plan.device)
-    per_shard = shard_rows(trained, plan.index_memory)
-    sims = np.full((len(queries), wanted), -np.inf, dtype=np.float32)
-    ids = np.full((len(queries), wanted), -1, dtype=np.int64)
-    for start in range(0, len(database), per_shard):
-        stop = min(start + per_shard, len(database))
-        index = faiss.clone_index(trained)
-        if gpu:
-            index = faiss.index_cpu_to_all_gpus(index)
-        for _, block in database.blocks(plan.batch_size, start, stop):
-            index.add(block)
-        for offset, block in queries.blocks(plan.batch_size):
-            block_sims, block_ids = index.search(block, min(wanted, stop - start))
-            block_ids = np.where(block_ids >= 0, block_ids + start, -1)
-            rows = slice(offset, offset + len(block))
-            sims[rows], ids[rows] = merge_top_k(sims[rows], ids[rows], block_sims, block_ids, wanted)
-        del index
-        logger.info("searched %s database rows %d-%d with %d queries", spec, start, stop, len(queries))
-    if not exact:
-        for offset, block in queries.blocks(max(1, plan.batch_size // wanted)):
-            rows = slice(offset, offset + len(block))
-            rescored = exact_cosines(block, database, ids[rows])
-            order = np.argsort(-rescored, axis=1, kind="stable")
-            sims[rows] = np.take_along_axis(rescored, order, axis=1)
-            ids[rows] = np.take_along_axis(ids[rows], order, axis=1)
-    return sims[:, :k], ids[:, :k]
-
-
-@dataclass
-class Mined:
-    """Pairs chosen by the retrieval mode, best first: ``scores``, and ``src``/``tgt`` positions in the mined rows.
-    ``kept`` is how many of them (the first ones) pass the threshold."""
-
-    scores: np.ndarray
-    src: np.ndarray
-    tgt: np.ndarray
-    kept: int
-
-
-def mine_vectors(
-    src: Rows,
-    tgt: Rows,
-    *,
-    k: int = 4,
-    margin: str = "ratio",
-    retrieval: str = "max",
-    threshold: float | None = None,
-    plan: SearchPlan | None = None,
-) -> Mined:
-    """Mine ``src`` against ``tgt``: kNN both ways, LASER's margin, the retrieval mode, each sentence used once."""
-    plan = plan or SearchPlan()
-    started = time.perf_counter()
-    fwd_sim, fwd_ids = search(src, tgt, k, plan)
-    bwd_sim, bwd_ids = search(tgt, src, k, plan)
-    fwd, bwd = margin_scores(fwd_sim, fwd_ids, bwd_sim, bwd_ids, margin)
-    scores, src_ids, tgt_ids = select_pairs(fwd, bwd, retrieval, one_to_one=True)
-    kept = len(scores) if threshold is None else int(np.sum(scores > threshold))
-    logger.info("mined %d pairs (%d above the threshold) in %.1fs", len(scores), kept, time.perf_counter() - started)
-    return Mined(scores, src_ids, tgt_ids, kept)
-
-
-def read_texts(path: Path, argument: str) -> list[str]:
-    """The lines of a plain or gzipped UTF-8 file; ``UsageError`` when missing, empty, not UTF-8 (naming the line),
-    or a damaged or mislabelled ``.gz``."""
-    if not path.is_file():
-        raise UsageError(f"{argument} {path}: no such file")
-    if path.stat().st_size == 0:
-        raise UsageError(f"{argument} {path}: the file is empty; give a text file with one sentence per line")
-    try:
-        texts = list(iter_lines(path))
-    except UsageError as err:
-        raise UsageError(f"{argument} {err}; convert it to UTF-8 (e.g. iconv -t UTF-8)") from None
-    except (OSError, EOFError, zlib.error) as err:  # a truncated .gz, or plain text named .gz
-        raise UsageError(f"{argument} {path}: unreadable ({err}); give plain or gzipped UTF-8 text") from None
-    if not any(text.strip() for text in texts):
-        raise UsageError(f"{argument} {path}: every line is blank; give a text file with one sentence per line")
-    return texts
-
-
-def unique_rows(texts: list[str]) -> np.ndarray:
-    """Row numbers of the first occurrence of every distinct non-blank line, in file order."""
-    first: dict[str, int] = {}
-    for row, text in enumerate(texts):
-        if text.strip():
-            first.setdefault(text, row)
-    return np.fromiter(first.values(), dtype=np.int64, count=len(first))
 
 
 def histogram_title(margin: str, k: int, threshold: float | None, kept: int, total: int) -> str:
@@ -371,24 +91,11 @@ def plot_histogram(mined: Mined, path: Path, margin: str, k: int, threshold: flo
 
 
 def write_pairs(mined: Mined, path: Path, src_texts: list[str], tgt_texts: list[str], src: Rows, tgt: Rows) -> int:
-    """The TSV ``score<TAB>source<TAB>target``, best first, of the pairs above the threshold, written atomically
-    (nothing is left behind when it fails); texts holding a tab or a line break have them as spaces
-    (:func:`~hf_tlaser.inference.lines.tsv_field`). The number of texts so changed."""
-    tmp = path.with_name(path.name + ".tmp")
-    changed = 0
-    try:
-        with tmp.open("w", encoding="utf-8", newline="\n") as out:
-            for score, i, j in zip(mined.scores[: mined.kept], mined.src[: mined.kept], mined.tgt[: mined.kept]):
-                source, src_changed = tsv_field(src_texts[src.rows[i]])
-                target, tgt_changed = tsv_field(tgt_texts[tgt.rows[j]])
-                changed += src_changed + tgt_changed
-                out.write(f"{score:.6f}\t{source}\t{target}\n")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    if changed:
-        logger.warning("%d texts held tabs or line breaks, written as spaces in %s", changed, path)
-    return changed
+    """The TSV of the pairs above the threshold, best first (:func:`~hf_tlaser.bitext.texts.write_tsv`: atomic,
+    tabs and line breaks as spaces); the number of texts whose tabs or line breaks were so written."""
+    kept = slice(mined.kept)
+    rows = zip(mined.scores[kept], src.rows[mined.src[kept]], tgt.rows[mined.tgt[kept]])
+    return write_tsv(((score, src_texts[i], tgt_texts[j]) for score, i, j in rows), path)
 
 
 def check_outputs(output: Path, histogram: Path, overwrite: bool) -> None:
@@ -402,13 +109,11 @@ def check_outputs(output: Path, histogram: Path, overwrite: bool) -> None:
         check_writable(path, argument)
 
 
-def check_input(texts_path: Path, meta: dict, side: str) -> None:
+def check_input(texts_path: Path, texts: Texts, meta: dict, side: str) -> None:
     """``UsageError`` when the embeddings' sidecar records an input whose SHA-256 (``input_sha256``) is not that of
-    ``texts_path``'s text: the vectors of another text (an older sidecar without it: the line counts alone)."""
+    ``texts``: the vectors of another text (an older sidecar without it: the line counts alone)."""
     recorded = meta.get("input_sha256")
-    if recorded is None:
-        return
-    if text_digest(texts_path) != recorded:
+    if recorded is not None and texts.sha256 != recorded:
         raise UsageError(
             f"--{side}-embeddings: embedded from {meta.get('input')} (sha256 {recorded[:12]}), not from --{side} "
             f"{texts_path} (another text of the same line count); embed this file (hf-tlaser embed --input "
@@ -416,23 +121,22 @@ def check_input(texts_path: Path, meta: dict, side: str) -> None:
         )
 
 
-def load_side(texts_path: Path, embeddings: list[str], side: str) -> tuple[list[str], np.ndarray, dict]:
-    """Texts, vectors and sidecar of one side; ``UsageError`` when their line counts differ."""
+def load_side(texts_path: Path, texts: Texts, embeddings: list[str], side: str) -> tuple[np.ndarray, dict]:
+    """Vectors and sidecar of one side, checked against its texts; ``UsageError`` when their line counts differ."""
     array, meta = read_embeddings(embeddings, f"--{side}-embeddings")
-    texts = read_texts(texts_path, f"--{side}")
-    if len(texts) != len(array):
+    if len(texts.lines) != len(array):
         raise UsageError(
-            f"--{side} {texts_path} has {len(texts)} lines but --{side}-embeddings has {len(array)} rows; give the "
-            f"embeddings of this file (hf-tlaser embed --input {texts_path})"
+            f"--{side} {texts_path} has {len(texts.lines)} lines but --{side}-embeddings has {len(array)} rows; give "
+            f"the embeddings of this file (hf-tlaser embed --input {texts_path})"
         )
-    check_input(texts_path, meta, side)
+    check_input(texts_path, texts, meta, side)
     bad = first_non_finite(array)
     if bad is not None:
         raise UsageError(
             f"--{side}-embeddings: the vector of line {bad + 1} of {texts_path} is not finite (NaN or Inf); embed "
             "the file again with a sound model"
         )
-    return texts, array, meta
+    return array, meta
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -510,12 +214,15 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError("--batch-size and --index-memory must be positive, --train-size at least 0")
 
 
-def run(args: argparse.Namespace, embeddings: tuple[list[str], list[str]]) -> tuple[int, int, int]:
-    """Mine with the embeddings files of both sides; ``(pairs written, pairs scored, texts whose tabs or line breaks
-    were written as spaces)``."""
-    src_texts, src_array, src_meta = load_side(args.src, embeddings[0], "src")
-    tgt_texts, tgt_array, tgt_meta = load_side(args.tgt, embeddings[1], "tgt")
+def run(
+    args: argparse.Namespace, texts: tuple[Texts, Texts], embeddings: tuple[list[str], list[str]]
+) -> tuple[int, int, int]:
+    """Mine the texts of both sides with their embeddings files; ``(pairs written, pairs scored, texts whose tabs or
+    line breaks were written as spaces)``."""
+    src_array, src_meta = load_side(args.src, texts[0], embeddings[0], "src")
+    tgt_array, tgt_meta = load_side(args.tgt, texts[1], embeddings[1], "tgt")
     check_compatible(src_meta, tgt_meta, "--src-embeddings/--tgt-embeddings")
+    src_texts, tgt_texts = texts[0].lines, texts[1].lines
     src, tgt = Rows(src_array, unique_rows(src_texts)), Rows(tgt_array, unique_rows(tgt_texts))
     plan = SearchPlan(
         index=args.index,
@@ -550,16 +257,22 @@ def run(args: argparse.Namespace, embeddings: tuple[list[str], list[str]]) -> tu
     return mined.kept, len(mined.scores), changed
 
 
-def embed_both(args: argparse.Namespace, folder: Path) -> tuple[list[str], list[str]]:
-    """Embed ``--src`` and ``--tgt`` with ``--model`` into ``folder`` (``hf-tlaser embed``); the two paths."""
+def embed_both(args: argparse.Namespace, texts: tuple[Texts, Texts], folder: Path) -> tuple[list[str], list[str]]:
+    """Embed the lines of ``--src`` and ``--tgt``, already read, with ``--model`` into ``folder`` (``hf-tlaser
+    embed``'s :func:`~hf_tlaser.inference.embed.run`); the two paths."""
     paths = []
-    for side, source in (("src", args.src), ("tgt", args.tgt)):
-        read_texts(source, f"--{side}")  # its checks and messages, before the model loads
+    for side, source, lines in (("src", args.src, texts[0]), ("tgt", args.tgt, texts[1])):
         output = folder / f"{side}.npy"
-        embed_args = ["--model", args.model, "--input", str(source), "--output", str(output), "--dtype", "float16"]
-        embed.run(
-            embed.build_parser().parse_args([*embed_args, "--prompt", args.prompt, "--precision", args.precision])
+        job = embed.Job(
+            model=args.model,
+            input=str(source),
+            output=str(output),
+            prompt=args.prompt,
+            precision=args.precision,
+            dtype="float16",
+            texts=lines,
         )
+        embed.run(job)
         paths.append([str(output)])
     return paths[0], paths[1]
 
@@ -581,14 +294,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.threads:
             faiss.omp_set_num_threads(args.threads)
         with OutputLock(args.output, "--output"):
+            texts = read_texts(args.src, "--src"), read_texts(args.tgt, "--tgt")
             if args.model is None:
-                kept, total, changed = run(args, (args.src_embeddings, args.tgt_embeddings))
+                kept, total, changed = run(args, texts, (args.src_embeddings, args.tgt_embeddings))
             else:
                 folder = embeddings_folder(args.output)
                 shutil.rmtree(folder, ignore_errors=True)  # a killed run's (the lock says no run uses it)
                 try:
                     folder.mkdir()
-                    kept, total, changed = run(args, embed_both(args, folder))
+                    kept, total, changed = run(args, texts, embed_both(args, texts, folder))
                 except OSError as err:
                     raise write_failed(err, folder, "--output") from None
                 finally:

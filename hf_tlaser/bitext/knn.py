@@ -1,16 +1,16 @@
-"""k-nearest-neighbour search and LASER's margin scores.
+"""Exact k-nearest-neighbour search of embedding matrices held in memory (evaluation sets, ``hf_tlaser.mine``).
 
 Backends: ``faiss`` (exact ``IndexFlatIP``, used when ``faiss-cpu`` is importable) and ``torch`` (batched exact
 matmul + ``topk``). ``backend="auto"`` picks faiss when available, else torch; both return the same neighbours.
 Sparse embeddings (scipy CSR, e.g. TF-IDF vectors) are searched with batched sparse products whatever the backend.
 ``NeighbourLists`` computes the kNN lists of a multi-way set once per ordered pair (one sparse product per pair).
+Vectors on disk, too many for memory, are searched by :mod:`hf_tlaser.bitext.index` with the same faiss loader.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Hashable, Iterable, Iterator, Mapping
 from types import ModuleType
 from typing import Literal
 
@@ -19,14 +19,7 @@ import torch
 from scipy import sparse
 
 Backend = Literal["auto", "faiss", "torch"]
-
-MARGINS: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
-    "absolute": lambda cos, avg: cos,
-    "distance": lambda cos, avg: cos - avg,
-    # a row whose k nearest neighbours all have cosine 0 (sparse lexical vectors sharing no n-gram, e.g. Han text
-    # against Latin) has no margin: score 0 instead of 0/0 = NaN, which argmax would pick as the best candidate
-    "ratio": lambda cos, avg: np.divide(cos, avg, out=np.zeros_like(cos), where=avg != 0),
-}
+Array = np.ndarray | torch.Tensor
 
 
 def import_faiss() -> ModuleType | None:
@@ -80,12 +73,6 @@ def check_pair(
     """Raise if the two embedding matrices have different dimensions."""
     if src.shape[1] != tgt.shape[1]:
         raise ValueError(f"{src_name} has dimension {src.shape[1]} but {tgt_name} has dimension {tgt.shape[1]}")
-
-
-def check_margin(margin: str) -> None:
-    """Raise on an unknown margin mode, listing the valid ones."""
-    if margin not in MARGINS:
-        raise ValueError(f"unknown margin {margin!r}; valid: {', '.join(MARGINS)}")
 
 
 def knn(
@@ -159,61 +146,6 @@ def _one_product(a: sparse.csr_matrix, b: sparse.csr_matrix, batch_size: int) ->
     return (a_up and b_up) or (a_down and b_down)
 
 
-@dataclass
-class Candidates:
-    """k candidates per query (``ids``) with their margin scores (``scores``), both ``(n_queries, k)``."""
-
-    ids: np.ndarray
-    scores: np.ndarray
-
-    def best(self) -> tuple[np.ndarray, np.ndarray]:
-        """Best candidate per query and its score (first of the k on ties)."""
-        col = self.scores.argmax(axis=1)
-        rows = np.arange(len(col))
-        return self.ids[rows, col], self.scores[rows, col]
-
-
-def margin_candidates(
-    x: np.ndarray, y: np.ndarray, k: int = 4, margin: str = "ratio", backend: Backend = "auto"
-) -> tuple[Candidates, Candidates]:
-    """Forward (x -> y) and backward (y -> x) candidates scored with LASER's margin (see ``margin_scores``).
-
-    ``x`` and ``y`` must be L2-normalised; the candidates are the k nearest neighbours by cosine (exact search).
-    """
-    check_margin(margin)
-    fwd_sim, fwd_ids = knn(x, y, min(k, y.shape[0]), backend)
-    bwd_sim, bwd_ids = knn(y, x, min(k, x.shape[0]), backend)
-    return margin_scores(fwd_sim, fwd_ids, bwd_sim, bwd_ids, margin)
-
-
-def neighbour_means(sims: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """Mean cosine of each row's neighbours, ignoring the slots whose id is -1 (not found by an approximate index)."""
-    found = ids >= 0
-    return np.where(found, sims, 0).sum(axis=1) / np.maximum(found.sum(axis=1), 1)
-
-
-def margin_scores(
-    fwd_sim: np.ndarray, fwd_ids: np.ndarray, bwd_sim: np.ndarray, bwd_ids: np.ndarray, margin: str = "ratio"
-) -> tuple[Candidates, Candidates]:
-    """LASER's margin scores (``mine_bitexts.py``) of the kNN lists of both directions.
-
-    ``fwd_sim``/``fwd_ids`` are the cosines and ids of each x's nearest y's, ``bwd_*`` of each y's nearest x's. A
-    pair (x, y) scores ``margin(cos(x, y), (avg_knn(x) + avg_knn(y)) / 2)`` where ``avg_knn`` is the mean cosine of
-    a row's neighbours in the other set: ``ratio`` divides, ``distance`` subtracts, ``absolute`` keeps the cosine.
-    Slots with id -1 score ``-inf``.
-    """
-    check_margin(margin)
-    fwd_mean, bwd_mean = neighbour_means(fwd_sim, fwd_ids), neighbour_means(bwd_sim, bwd_ids)
-    score = MARGINS[margin]
-
-    def scored(sims: np.ndarray, ids: np.ndarray, own: np.ndarray, other: np.ndarray) -> Candidates:
-        found = ids >= 0
-        values = score(np.where(found, sims, 0).astype(np.float32), (own[:, None] + other[np.where(found, ids, 0)]) / 2)
-        return Candidates(ids, np.where(found, values, -np.inf).astype(np.float32))
-
-    return scored(fwd_sim, fwd_ids, fwd_mean, bwd_mean), scored(bwd_sim, bwd_ids, bwd_mean, fwd_mean)
-
-
 class NeighbourLists:
     """Exact kNN lists between the named embedding matrices of a multi-way set, each ordered pair computed once.
 
@@ -245,8 +177,3 @@ class NeighbourLists:
             else:
                 self._lists[(x, y)] = knn(a, b, k_ab, self.backend, self.batch_size)
         return self._lists[(x, y)]
-
-    def candidates(self, x: Hashable, y: Hashable, margin: str = "ratio") -> tuple[Candidates, Candidates]:
-        """``margin_candidates`` of ``x`` against ``y``: forward (x -> y) and backward (y -> x) candidates."""
-        check_margin(margin)
-        return margin_scores(*self(x, y), *self(y, x), margin)

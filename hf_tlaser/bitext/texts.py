@@ -1,0 +1,80 @@
+"""The text files of a bitext, read once and checked, and the one TSV writer of mined pairs.
+
+:func:`read_texts` reads a plain or gzipped UTF-8 file in one pass: its lines (split as
+:func:`hf_tlaser.data.readers.iter_lines` splits them, so line numbers agree with ``wc -l`` and ``hf-tlaser embed``)
+and the SHA-256 of its (decompressed) bytes, which ``hf-tlaser embed`` records as its input's. A tab or a
+line-breaking character inside a text (``\\r``, U+2028, U+2029, U+0085, ...: :data:`TSV_BREAKS`) is written as a
+space by :func:`write_tsv`, so every row has three columns; the texts changed so are counted and logged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import zlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from hf_tlaser.data.readers import iter_lines
+from hf_tlaser.errors import UsageError
+
+logger = logging.getLogger(__name__)
+
+TSV_BREAKS = "\t\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
+"""Characters that split a TSV's columns (tab) or its rows (every character ``str.splitlines`` breaks at)."""
+_TSV_TABLE = str.maketrans(dict.fromkeys(TSV_BREAKS, " "))
+
+
+@dataclass(frozen=True)
+class Texts:
+    """The lines of a text file and the SHA-256 of its (decompressed) bytes."""
+
+    lines: list[str]
+    sha256: str
+
+
+def read_texts(path: Path, argument: str) -> Texts:
+    """The lines of a plain or gzipped UTF-8 file and its digest, in one pass; ``UsageError`` when missing, empty,
+    not UTF-8 (naming the line), a damaged or mislabelled ``.gz``, or every line blank."""
+    if not path.is_file():
+        raise UsageError(f"{argument} {path}: no such file")
+    if path.stat().st_size == 0:
+        raise UsageError(f"{argument} {path}: the file is empty; give a text file with one sentence per line")
+    digest = hashlib.sha256()
+    try:
+        lines = list(iter_lines(path, digest.update))
+    except UsageError as err:
+        raise UsageError(f"{argument} {err}; convert it to UTF-8 (e.g. iconv -t UTF-8)") from None
+    except (OSError, EOFError, zlib.error) as err:  # a truncated .gz, or plain text named .gz
+        raise UsageError(f"{argument} {path}: unreadable ({err}); give plain or gzipped UTF-8 text") from None
+    if not any(text.strip() for text in lines):
+        raise UsageError(f"{argument} {path}: every line is blank; give a text file with one sentence per line")
+    return Texts(lines, digest.hexdigest())
+
+
+def tsv_field(text: str) -> tuple[str, bool]:
+    """``text`` with each tab and line-breaking character (``TSV_BREAKS``) replaced by a space, and whether any was."""
+    clean = text.translate(_TSV_TABLE)
+    return clean, clean != text
+
+
+def write_tsv(rows: Iterable[tuple[float, str, str]], path: Path) -> int:
+    """Write ``score<TAB>source<TAB>target`` lines (score with 6 decimals) atomically: nothing is left behind when it
+    fails. Texts holding a tab or a line break have them as spaces (:func:`tsv_field`); returns how many texts were
+    so changed, and logs it."""
+    tmp = path.with_name(path.name + ".tmp")
+    changed = 0
+    try:
+        with tmp.open("w", encoding="utf-8", newline="\n") as out:
+            for score, source, target in rows:
+                (src, src_changed), (tgt, tgt_changed) = tsv_field(source), tsv_field(target)
+                changed += src_changed + tgt_changed
+                out.write(f"{score:.6f}\t{src}\t{tgt}\n")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    if changed:
+        logger.warning("%d texts held tabs or line breaks, written as spaces in %s", changed, path)
+    return changed

@@ -23,7 +23,6 @@ from hf_tlaser.training.nmt_pair import (
     fairseq_init_,
     label_smoothed_nll,
     make_nmt_config,
-    read_trainer_losses,
     train_nmt_pair,
     translate,
 )
@@ -128,6 +127,12 @@ def test_fairseq_init_is_scale_aware(marian_tokenizer):
     assert model.lm_head.weight.data_ptr() == embedding.data_ptr() and config.scale_embedding
     fc1 = model.model.encoder.layers[0].fc1.weight
     assert fc1.abs().max().item() == pytest.approx(math.sqrt(6 / (64 + 64)), rel=0.05)  # xavier-uniform bound
+
+
+def read_trainer_losses(folder: Path, key: str = "loss_mt_per_token") -> dict[int, float]:
+    """``{step: value}`` of ``key`` in a saved run's ``trainer_state.json``."""
+    history = json.loads((folder / "trainer_state.json").read_text())["log_history"]
+    return {entry["step"]: entry[key] for entry in history if key in entry}
 
 
 def test_nmt_pair_trains_and_saves_hub_style_folders(nmt_pair):

@@ -153,3 +153,21 @@ def test_from_hf_dataset_local_files(tmp_path):
     assert five[1] == {"de": "Ja", "en": "Yes", "es": None, "corpus": "local"}
     cols = datasets.Dataset.from_dict({"src": ["uno"], "tgt": ["one"]})
     assert from_hf_dataset(cols, "c", columns={"it": "src", "en": "tgt"})[0]["it"] == "uno"
+
+
+def test_a_streamed_dataset_without_features_is_read_by_its_first_row():
+    """A generator's ``IterableDataset`` declares no features (``column_names`` is None): its first row tells the
+    columns, a ``translation`` dict's fields included, through public ``datasets`` APIs only."""
+    from hf_tlaser.data.readers import from_hf_dataset
+
+    def rows():
+        yield {"translation": {"de": "Hallo Welt", "fr": "Bonjour"}, "score": 0.5}
+        yield {"translation": {"de": "Guten Tag", "fr": "Bonjour"}, "score": 0.7}
+
+    stream = datasets.IterableDataset.from_generator(rows)
+    assert stream.column_names is None
+    groups = list(from_hf_dataset(stream, "toy"))
+    assert groups == [
+        {"de": "Hallo Welt", "fr": "Bonjour", "corpus": "toy"},
+        {"de": "Guten Tag", "fr": "Bonjour", "corpus": "toy"},
+    ]

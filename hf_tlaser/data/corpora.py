@@ -465,16 +465,6 @@ def resolve_corpora(specs: str | Iterable[str | Source], data_dir: str | os.Path
     return sources
 
 
-def check_corpora(names: str | Iterable[str]) -> list[str]:
-    """The specs as a list (registered names or ``KIND:WHERE`` specs, which are parsed); UsageError naming the first
-    unknown name or malformed spec and listing the registered corpora."""
-    specs = split_specs(names) if isinstance(names, str) else [spec for item in names for spec in split_specs(item)]
-    for spec in specs:
-        if spec not in REGISTRY:
-            resolve_corpora([spec])
-    return specs
-
-
 def corpus_languages(sources: Sequence[Source]) -> list[str]:
     """The languages of the corpora (sorted): what the default curriculum and the tokenizer cover."""
     return sorted({lang for source in sources for lang in source.languages})

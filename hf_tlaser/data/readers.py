@@ -321,6 +321,15 @@ def read_tsv(
     return _from_generator(_tsv_generator, kwargs, languages)
 
 
+def column_names(ds: datasets.Dataset | datasets.IterableDataset) -> tuple[list[str], datasets.Features | None]:
+    """The column names and features of a dataset; a streamed one without declared features is told by its first
+    row (a one-row ``Dataset`` infers them)."""
+    if ds.column_names is not None:
+        return ds.column_names, ds.features
+    first = datasets.Dataset.from_list(list(ds.take(1)))
+    return first.column_names, first.features
+
+
 def hf_columns(
     column_names: Sequence[str], features: datasets.Features | None, columns: Mapping[str, str] | None = None
 ) -> dict[str, str]:
@@ -388,11 +397,8 @@ def from_hf_dataset(
     else:
         ds = source
     corpus = corpus or (source if isinstance(source, str) else ds.info.dataset_name or "hf-dataset")
-    names = ds.column_names
-    if names is None:  # a streamed dataset without declared features: its first row tells the columns
-        ds = ds._resolve_features()
-        names = ds.column_names
-    found = hf_columns(names, ds.features, columns)
+    names, features = column_names(ds)
+    found = hf_columns(names, features, columns)
     languages = sorted(found) if languages is None else list(languages)
     return ds.map(
         hf_converter(found, corpus, languages),

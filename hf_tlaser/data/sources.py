@@ -25,6 +25,7 @@ from hf_tlaser.data.languages import looks_like_language, normalize_language
 from hf_tlaser.data.readers import (
     DataFormatError,
     aligned_rows,
+    column_names,
     count_lines,
     csv_rows,
     from_hf_dataset,
@@ -254,12 +255,8 @@ class HFPart:
 
     def _columns(self, ds: datasets.Dataset | datasets.IterableDataset) -> dict[str, str]:
         if self._found is None:
-            names = ds.column_names
-            if names is None:
-                ds = ds._resolve_features()
-                names = ds.column_names
             try:
-                self._found = hf_columns(names, ds.features, self.columns)
+                self._found = hf_columns(*column_names(ds), self.columns)
             except DataFormatError as err:
                 raise DataFormatError(f"hf:{self.location}: {err}") from None
         return self._found

@@ -13,10 +13,3 @@ from hf_tlaser.models.yu2018.family import FAMILY as YU2018
 
 FAMILIES: dict[str, Family] = {family.model_type: family for family in (TLASER, LASER, CNV, YU2018, LDT)}
 """``model_type`` -> its family, in the order of their members in ``--model``."""
-
-
-def family_of(config) -> Family | None:
-    """The family of a config (a dict or a ``PretrainedConfig``) or a model; None for another library's model."""
-    config = getattr(config, "config", config)
-    model_type = config.get("model_type") if isinstance(config, dict) else getattr(config, "model_type", None)
-    return FAMILIES.get(model_type)

@@ -68,7 +68,9 @@ def build_add_parser() -> argparse.ArgumentParser:
     parser.add_argument("--replay", default=REPLAY, help="corpora of the replayed pairs ('' for none)")
     parser.add_argument("--replay-pairs", default=REPLAY_PAIRS, help="pairs replayed from --replay ('' for none)")
     parser.set_defaults(max_steps=UPDATES, distill_weight=DISTILL_WEIGHT, model=None)
-    for action in parser._actions:  # the flags the recipe decides are refused (add_language_spec), not offered
+    # the flags the recipe decides are refused (add_language_spec), not offered; argparse has no public way to change
+    # the help of an action already added, nor a public list of them
+    for action in parser._actions:
         if set(action.option_strings) & set(DECIDED):
             action.help = argparse.SUPPRESS
         elif "--model" in action.option_strings:

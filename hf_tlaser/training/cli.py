@@ -127,7 +127,7 @@ def parse_namespace(parser: argparse.ArgumentParser, argv: list[str] | None) -> 
     if args.config:
         path = Path(args.config)
         values = _read_config(path)
-        known = {action.dest for action in parser._actions} - {"help"}
+        known = {action.dest for action in parser._actions} - {"help"}  # argparse lists its actions nowhere public
         unknown = sorted(set(values) - known)
         if unknown:
             raise UsageError(f"--config {path}: unknown option(s) {unknown}; known: {', '.join(sorted(known))}")

@@ -15,7 +15,6 @@ scale-aware. ``fairseq_init_`` replaces it with fairseq's transformer init (xavi
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -336,12 +335,6 @@ def nmt_with_data(
         steps=nmt.steps if steps is None else steps,
         config_kwargs={**nmt.config_kwargs, **(config_kwargs or {})},
     )
-
-
-def read_trainer_losses(folder: str | os.PathLike, key: str = "loss_mt_per_token") -> dict[int, float]:
-    """``{step: value}`` of ``key`` in a saved run's ``trainer_state.json``."""
-    history = json.loads((Path(folder) / "trainer_state.json").read_text())["log_history"]
-    return {entry["step"]: entry[key] for entry in history if key in entry}
 
 
 __all__ = [

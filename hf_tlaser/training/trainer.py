@@ -358,7 +358,9 @@ class LaserTrainer(Trainer):
         )
 
     def _run_epoch(self, *args, **kwargs):
-        # the epoch goes to the sampler itself, whatever wraps it (the resume skip, accelerate's loaders)
+        # the epoch goes to the sampler itself, whatever wraps it (the resume skip, accelerate's loaders). A private
+        # Trainer method: no public hook gives the epoch number before the epoch's iterator is built (a callback's
+        # on_epoch_begin sees state.epoch, a float, fractional after a resume)
         if self.batch_sampler is not None:
             self.batch_sampler.set_epoch(kwargs["epoch"])
         return super()._run_epoch(*args, **kwargs)

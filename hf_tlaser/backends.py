@@ -54,9 +54,9 @@ from hf_tlaser.models.registry import FAMILIES
 logger = logging.getLogger(__name__)
 
 BACKENDS = ("torch", "onnx", "onnx-int8", "openvino", "openvino-int8", "openvino-int8-static")
-EXPORTED = ("tlaser", "ldt")
-"""model_types whose encoder exports: T-LASER / cT-LASER (own layers or a pretrained backbone) and LDT. LASER's and
-Yu 2018's recurrent encoders (packed sequences) do not."""
+EXPORTED = tuple(model_type for model_type, family in FAMILIES.items() if family.exports)
+"""model_types whose encoder exports (``Family.exports``): T-LASER / cT-LASER (own layers or a pretrained backbone)
+and LDT. LASER's and Yu 2018's recurrent encoders (packed sequences) do not."""
 EXTRAS = {
     "onnx": ("onnx", "onnxruntime"),
     "openvino": ("onnx", "onnxruntime", "openvino"),

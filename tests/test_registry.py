@@ -10,9 +10,10 @@ import pytest
 import torch
 from transformers import MarianConfig
 
+from hf_tlaser.backends import EXPORTED
 from hf_tlaser.hub.model_card import CARD_SECTIONS
 from hf_tlaser.model_folders import MODEL_TYPES
-from hf_tlaser.models.common.pooling import POOLING
+from hf_tlaser.models.common.pooling import SAVED_WITHOUT_POOLING, pooling_mode
 from hf_tlaser.models.registry import FAMILIES
 from hf_tlaser.training.families import TRAINERS
 from hf_tlaser.training.presets import (
@@ -33,7 +34,14 @@ def test_every_family_has_one_entry_everywhere():
     assert tuple(CARD_SECTIONS) == tuple(FAMILIES)
     # every family has members, listed family after family in the registry's order
     assert tuple(dict.fromkeys(member.family.model_type for member in MEMBERS.values())) == tuple(FAMILIES)
-    assert {t: f.pooling for t, f in FAMILIES.items() if f.pooling} == POOLING  # the saved folders' own table
+    # a family's pooling is its config's (saved with it, read by the folder's own code), exportability its Family's
+    pooling = {t: f.config_class().to_dict().get("pooling") for t, f in FAMILIES.items()}
+    assert pooling == {"tlaser": "cls", "laser": "max", "cnv": None, "yu2018": "mean", "ldt": "mean"}
+    assert {t: pooling_mode(f.config_class().to_dict()) for t, f in FAMILIES.items() if pooling[t]} == {
+        t: mode for t, mode in pooling.items() if mode
+    }
+    assert all(pooling[t] == mode for t, mode in SAVED_WITHOUT_POOLING.items())  # older folders pool as new ones
+    assert EXPORTED == ("tlaser", "ldt")
 
 
 def test_member_lists_follow_the_registry():

@@ -8,7 +8,6 @@ and ``AutoTokenizer``.
 """
 
 from hf_tlaser.models.common.pooling import (
-    POOLING,
     add_sentence_transformers_files,
     embedding_dim,
     has_sentence_transformers_files,
@@ -17,7 +16,6 @@ from hf_tlaser.models.common.pooling import (
 )
 
 __all__ = [
-    "POOLING",
     "add_sentence_transformers_files",
     "embedding_dim",
     "has_sentence_transformers_files",

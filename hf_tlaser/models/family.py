@@ -68,7 +68,7 @@ class Family:
         config_class, model_class: the config and the encoder (``AutoConfig``, ``AutoModel``).
         head_class, head_auto: the model that training builds, whose ``forward`` returns the loss, and the Auto class
             it is registered with (None: ``model_class`` itself, registered with ``AutoModel`` only).
-        pooling: the default pooling of the sentence vector (None: the family pools in its own way).
+        exports: its encoder exports to ONNX and OpenVINO (``hf-tlaser export``; recurrent encoders do not).
         display_name: the paper's name of a model from its config dict (``T-LASER`` / ``cT-LASER``, ``LASER-6``...).
         vector_size: the sentence vector's width from a config dict.
         decoder_vocab: its translation decoder can be restricted to the pieces of the training targets
@@ -91,7 +91,7 @@ class Family:
     card: CardSection
     head_class: type[PreTrainedModel] | None = None
     head_auto: type | None = None
-    pooling: str | None = None
+    exports: bool = False
     vector_size: Callable[[dict], int] = embedding_dim
     decoder_vocab: bool = False
     takes_backbone: bool = False

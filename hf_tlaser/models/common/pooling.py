@@ -17,10 +17,13 @@ import torch.nn.functional as F
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-# model_type -> sentence-transformers pooling mode. T-LASER's sentence vector is the final encoder output at STR_TAG
-# (position 0); LASER's is the max over the non-pad BiLSTM outputs, and LaserModel's last_hidden_state is exactly
-# those outputs (zeros at padding, which Pooling masks out), so sentence-transformers' max pooling reproduces it.
-POOLING = {"tlaser": "cls", "laser": "max", "yu2018": "mean", "ldt": "mean"}
+SAVED_WITHOUT_POOLING = {"laser": "max", "ldt": "mean"}
+"""The pooling of folders saved before their config named it (LASER's max, LDT's mean); every other hf_tlaser
+config names its ``pooling``. LASER's sentence vector is the max over the non-pad BiLSTM outputs, and LaserModel's
+last_hidden_state is exactly those outputs (zeros at padding, which Pooling masks out), so sentence-transformers' max
+pooling reproduces it; T-LASER's ``cls`` is the final encoder output at STR_TAG (position 0)."""
+ST_POOLINGS = ("cls", "mean", "max")
+"""The poolings sentence-transformers' ``Pooling`` computes as the models do."""
 _LEGACY_POOLING_KEYS = {
     "cls": "pooling_mode_cls_token",
     "mean": "pooling_mode_mean_tokens",
@@ -68,14 +71,15 @@ def embedding_dim(config: dict) -> int:
 
 
 def pooling_mode(config: dict) -> str | None:
-    """sentence-transformers pooling mode that reproduces the model's ``pooler_output``; None where it has none (a
-    Yu 2018 model with ``pooling="self_attention"``)."""
-    model_type = config.get("model_type")
-    if model_type not in POOLING:
-        raise ValueError(f"model_type={model_type!r} is not an hf_tlaser model; expected one of {sorted(POOLING)}")
-    if model_type == "yu2018":  # pools as its config says
-        return {"mean": "mean", "max": "max"}.get(config.get("pooling", "mean"))
-    return config.get("pooling") or POOLING[model_type]  # T-LASER: "cls" (the paper) or "mean"
+    """sentence-transformers pooling mode that reproduces the model's ``pooler_output``: the config's ``pooling``
+    (``SAVED_WITHOUT_POOLING`` for an older folder); None where sentence-transformers has none (a Yu 2018 model with
+    ``pooling="self_attention"``). ValueError for a config without one (another library's model)."""
+    mode = config.get("pooling") or SAVED_WITHOUT_POOLING.get(config.get("model_type"))
+    if mode is None:
+        raise ValueError(
+            f"model_type={config.get('model_type')!r} is not an hf_tlaser model (its config names no pooling)"
+        )
+    return mode if mode in ST_POOLINGS else None
 
 
 def pool_hidden(hidden: torch.Tensor, attention_mask: torch.Tensor, mode: str) -> torch.Tensor:

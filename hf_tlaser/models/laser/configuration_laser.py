@@ -28,6 +28,8 @@ class LaserConfig(PretrainedConfig):
         decoder_layers (`int`, 1): decoder LSTM layers.
         max_position_embeddings (`int`, 2048): longest accepted input (tokens incl. STR_TAG and `</s>`). An LSTM
             has no position table; this is only the length limit ``encode`` and ``forward`` enforce.
+        pooling (`str`, "max"): the sentence vector, the max over the non-pad BiLSTM outputs (LASER's only pooling);
+            stated in the config so that a saved folder's sentence-transformers layout reads it from there.
         init_style (`str`, "fairseq"): weight initialisation. "fairseq" is fairseq-laser's (``fairseq.models.lstm``
             ``Embedding``, ``Linear`` and ``LSTM`` helpers): every embedding, linear and LSTM weight and bias
             uniform(-0.1, 0.1), pad rows zero. "bert" draws linear and embedding weights from
@@ -80,6 +82,7 @@ class LaserConfig(PretrainedConfig):
         decoder_hidden_size: int = 2048,
         decoder_layers: int = 1,
         max_position_embeddings: int = 2048,
+        pooling: str = "max",
         init_style: str = "fairseq",
         initializer_range: float = 0.02,
         languages: list[str] | tuple[str, ...] = ("de", "en", "es", "fr", "it"),
@@ -115,6 +118,7 @@ class LaserConfig(PretrainedConfig):
         self.decoder_hidden_size = decoder_hidden_size
         self.decoder_layers = decoder_layers
         self.max_position_embeddings = max_position_embeddings
+        self.pooling = pooling
         self.init_style = init_style
         self.initializer_range = initializer_range
         self.languages = list(languages)
@@ -187,6 +191,10 @@ class LaserConfig(PretrainedConfig):
             raise ValueError(
                 "LaserConfig: negative_memory_same_language=True needs negative_memory_size > 0 (it chooses among the "
                 "memory's entries)"
+            )
+        if self.pooling != "max":
+            raise ValueError(
+                f"LaserConfig: pooling={self.pooling!r}; LASER's sentence vector is the max (pooling='max')"
             )
         if not 0.0 <= self.align_margin < 2.0:
             raise ValueError(f"LaserConfig: align_margin={self.align_margin} must be in [0, 2) (a cosine margin)")

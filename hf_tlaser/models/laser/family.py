@@ -36,7 +36,6 @@ FAMILY = Family(
     model_class=LaserModel,
     head_class=LaserForTranslation,
     head_auto=AutoModelForSeq2SeqLM,
-    pooling="max",
     display_name=lambda config: f"{'cLASER' if constrained(config) else 'LASER'}-{config.get('num_layers', 1)}",
     language_table=True,
     multiway=True,

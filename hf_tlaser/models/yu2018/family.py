@@ -74,7 +74,6 @@ FAMILY = Family(
     model_class=Yu2018Model,
     head_class=Yu2018ForTranslation,
     head_auto=AutoModelForSeq2SeqLM,
-    pooling="mean",
     display_name=lambda config: "Yu 2018",
     language_table=True,
     translates_back=True,

@@ -19,7 +19,6 @@ which no pretrained transformer's weights fit; only its embedding table could be
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import re
 from collections.abc import Iterable
@@ -44,11 +43,12 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_N
 from hf_tlaser.errors import UsageError
 from hf_tlaser.model_folders import EVAL_PROMPTS, choose_prompt, model_folder
 from hf_tlaser.models.common.pooling import (
-    DEFAULT_ACTIVATION,
-    SENTENCE_MODULES,
+    CarriedModules,
+    FolderFormatError,
     describe_modules,
+    read_json,
+    read_sentence_transformers_folder,
     saved_head_weights,
-    torch_activation,
 )
 from hf_tlaser.models.registry import FAMILIES
 from hf_tlaser.tokenization import MODEL_INPUT_NAMES
@@ -61,10 +61,7 @@ UNK_SAMPLE = 2000
 """Texts per language whose ``<unk>`` share is measured."""
 UNK_WARNING = 0.05
 """Share of ``<unk>`` pieces in a language's text above which the backbone's tokenizer is said to miss it."""
-ST_POOLING = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean"}
 """sentence-transformers pooling modes the members can reproduce."""
-ST_VECTOR = "sentence_embedding"
-"""The sentence-transformers feature that the carried modules read and write."""
 SPECIAL_TOKENS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 DECODER_SPECIALS = ("pad_token", "eos_token", "unk_token", "cls_token", "bos_token")
 """The special tokens a decoder reads or writes (not ``<mask>``, often the last id)."""
@@ -73,16 +70,6 @@ PROMPT_ENTRY = "PROMPT"
 SAFETENSORS_DTYPES = {"F16": torch.float16, "BF16": torch.bfloat16, "F32": torch.float32, "F64": torch.float64}
 ENCODER_SIZES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
 """Config fields of the member that the backbone decides (a preset's values for them are ignored)."""
-
-
-@dataclass
-class CarriedModules:
-    """The modules after pooling of a sentence-transformers folder (Dense, Normalize) that the member carries: their
-    ``config.sentence_modules`` entries, in order, and their weights (the state dict of the encoder's
-    ``sentence_head``)."""
-
-    entries: list[dict] = field(default_factory=list)
-    weights: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 @dataclass
@@ -249,92 +236,13 @@ def member_backbone(spec: str, folder: Path, identity: str, saved: dict, where: 
     )
 
 
-def _read_json(path: Path) -> dict | list | None:
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
-
-
-def st_pooling(folder: Path, where: str) -> str:
-    """The pooling (``cls`` or ``mean``) of a sentence-transformers ``Pooling`` folder; UsageError for another."""
-    settings = _read_json(folder / "config.json") or {}
-    if isinstance(settings.get("pooling_mode"), str):  # sentence-transformers >= 6: "pooling_mode": "mean"
-        modes = [settings["pooling_mode"] if settings["pooling_mode"] in ("cls", "mean") else None]
-    else:  # the pooling_mode_* booleans of earlier releases
-        modes = [ST_POOLING.get(key) for key, on in settings.items() if key.startswith("pooling_mode") and on]
-    if len(modes) != 1 or modes[0] is None:
-        raise UsageError(f"{where}: its pooling {settings} is not one the members reproduce (cls or mean)")
-    return modes[0]
-
-
-def carried_module(kind: str, folder: Path, index: int, where: str) -> tuple[dict, dict[str, torch.Tensor]]:
-    """The ``config.sentence_modules`` entry of a sentence-transformers module after pooling, and its weights under
-    their name in the encoder's ``sentence_head`` (``{index}.linear.weight``); UsageError (one line, naming the
-    module) for one that the member cannot compute as sentence-transformers does."""
-    name = f"its {kind} module ({folder.name or 'the folder itself'})"
-    if kind not in SENTENCE_MODULES:
-        raise UsageError(
-            f"{where}: {name} after pooling cannot be carried into the member (only {' and '.join(SENTENCE_MODULES)} "
-            "can); start from a folder without it"
-        )
-    settings = _read_json(folder / "config.json") or {}
-    ends = {settings.get("module_input_name") or ST_VECTOR, settings.get("module_output_name") or ST_VECTOR}
-    if ends != {ST_VECTOR} or settings.get("use_residual"):
-        raise UsageError(
-            f"{where}: {name} is not a plain {kind} of the sentence vector ({settings}); it cannot be carried"
-        )
-    if kind == "Normalize":
-        return {"type": "Normalize"}, {}
-    activation = settings.get("activation_function") or DEFAULT_ACTIVATION
-    try:
-        torch_activation(activation)
-    except ValueError:
-        raise UsageError(
-            f"{where}: {name} uses the activation {activation!r}; only torch.nn classes are carried"
-        ) from None
-    if (folder / "model.safetensors").is_file():
-        weights = load_file(folder / "model.safetensors")
-    elif (folder / "pytorch_model.bin").is_file():
-        weights = torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
-    else:
-        raise UsageError(f"{where}: {name} has no model.safetensors or pytorch_model.bin")
-    entry = {
-        "type": "Dense",
-        "in_features": int(settings["in_features"]),
-        "out_features": int(settings["out_features"]),
-        "bias": bool(settings.get("bias", True)),
-        "activation_function": activation,
-    }
-    shapes = {"linear.weight": (entry["out_features"], entry["in_features"])}
-    if entry["bias"]:
-        shapes["linear.bias"] = (entry["out_features"],)
-    if {key: tuple(value.shape) for key, value in weights.items()} != shapes:
-        raise UsageError(f"{where}: {name} holds weights {sorted(weights)} that do not match its config.json")
-    return entry, {f"{index}.{key}": value for key, value in weights.items()}
-
-
 def sentence_transformers_parts(folder: Path, where: str) -> tuple[Path, str | None, dict, str | None, CarriedModules]:
-    """``(transformer folder, pooling, prompts, default prompt name, carried modules)`` of a sentence-transformers
-    folder; the folder itself, None, {}, None and no modules for a plain Hugging Face one. UsageError for a first
-    module other than Transformer, a pooling the members cannot reproduce (cls or mean), or after it a module other
-    than Dense and Normalize (which ``carried_module`` reads)."""
-    modules = _read_json(folder / "modules.json")
-    if not modules:
-        return folder, None, {}, None, CarriedModules()
-    kinds = [module["type"].rsplit(".", 1)[-1] for module in modules]
-    if kinds[0] != "Transformer":
-        raise UsageError(f"{where}: its modules.json does not start with a Transformer module to start from")
-    pooling = None
-    if kinds[1:2] == ["Pooling"]:
-        pooling = st_pooling(folder / modules[1]["path"], where)
-    carried = CarriedModules()
-    for kind, module in zip(kinds[1 + (pooling is not None) :], modules[1 + (pooling is not None) :]):
-        if pooling is None:
-            raise UsageError(f"{where}: its {kind} module follows the Transformer without a Pooling module")
-        entry, weights = carried_module(kind, folder / module.get("path", ""), len(carried.entries), where)
-        carried.entries.append(entry)
-        carried.weights.update(weights)
-    st_config = _read_json(folder / "config_sentence_transformers.json") or {}
-    transformer = folder / modules[0].get("path", "")
-    return transformer, pooling, st_config.get("prompts") or {}, st_config.get("default_prompt_name"), carried
+    """:func:`~hf_tlaser.models.common.pooling.read_sentence_transformers_folder`; its FolderFormatError as a
+    UsageError naming ``where``."""
+    try:
+        return read_sentence_transformers_folder(folder)
+    except FolderFormatError as err:
+        raise UsageError(f"{where}: {err}") from None
 
 
 def prompt_pieces(tokenizer: PreTrainedTokenizerBase, prompt: str) -> list[int]:
@@ -379,7 +287,7 @@ def check_backbone(
     if tokenizer_flag:
         raise UsageError(f"--init-from trains with the backbone's tokenizer: drop --tokenizer {tokenizer_flag}")
     folder, identity = model_folder(spec, where, hint=INIT_HINT)
-    saved = _read_json(folder / "config.json")
+    saved = read_json(folder / "config.json")
     if isinstance(saved, dict) and saved.get("model_type") in FAMILIES and saved.get("backbone"):
         return reduced(member_backbone(spec, folder, identity, saved, where), layers)
     transformer, pooling, prompts, default_prompt, carried = sentence_transformers_parts(folder, where)

@@ -9,13 +9,14 @@ import inspect
 import json
 import os
 import re
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from safetensors import safe_open
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
 SAVED_WITHOUT_POOLING = {"laser": "max", "ldt": "mean"}
 """The pooling of folders saved before their config named it (LASER's max, LDT's mean); every other hf_tlaser
@@ -310,3 +311,116 @@ def write_dense_folders(folder: Path, carried: list[dict], entries: list[dict]) 
         save_file(weights[i], str(target / "model.safetensors"), metadata={"format": "pt"})
         written.append(target / "model.safetensors")
     return written
+
+
+# ---------------------------------------------------------------------------- reading a sentence-transformers folder
+
+
+class FolderFormatError(ValueError):
+    """A sentence-transformers folder whose modules a member cannot reproduce; the message says which and why."""
+
+
+ST_VECTOR = "sentence_embedding"
+"""The sentence-transformers feature that the carried modules read and write."""
+ST_POOLING_KEYS = {key: mode for mode, key in _LEGACY_POOLING_KEYS.items()}
+"""The ``pooling_mode_*`` booleans of sentence-transformers' ``Pooling`` config before 6.x -> the mode."""
+
+
+@dataclass
+class CarriedModules:
+    """The modules after pooling of a sentence-transformers folder (Dense, Normalize) that the member carries: their
+    ``config.sentence_modules`` entries, in order, and their weights (the state dict of the encoder's
+    ``sentence_head``)."""
+
+    entries: list[dict] = field(default_factory=list)
+    weights: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+def read_json(path: Path) -> dict | list | None:
+    """A JSON file's content; None where the file does not exist."""
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def read_st_pooling(folder: Path) -> str:
+    """The pooling (``cls`` or ``mean``) of a sentence-transformers ``Pooling`` folder; FolderFormatError for
+    another."""
+    settings = read_json(folder / "config.json") or {}
+    if isinstance(settings.get("pooling_mode"), str):  # sentence-transformers >= 6: "pooling_mode": "mean"
+        modes = [settings["pooling_mode"] if settings["pooling_mode"] in ("cls", "mean") else None]
+    else:  # the pooling_mode_* booleans of earlier releases
+        modes = [ST_POOLING_KEYS.get(key) for key, on in settings.items() if key.startswith("pooling_mode") and on]
+    if len(modes) != 1 or modes[0] not in ("cls", "mean"):
+        raise FolderFormatError(f"its pooling {settings} is not one the members reproduce (cls or mean)")
+    return modes[0]
+
+
+def read_carried_module(kind: str, folder: Path, index: int) -> tuple[dict, dict[str, torch.Tensor]]:
+    """The ``config.sentence_modules`` entry of a sentence-transformers module after pooling, and its weights under
+    their name in the encoder's ``sentence_head`` (``{index}.linear.weight``); FolderFormatError (one line, naming the
+    module) for one that the member cannot compute as sentence-transformers does (FolderFormatError)."""
+    name = f"its {kind} module ({folder.name or 'the folder itself'})"
+    if kind not in SENTENCE_MODULES:
+        raise FolderFormatError(
+            f"{name} after pooling cannot be carried into the member (only {' and '.join(SENTENCE_MODULES)} "
+            "can); start from a folder without it"
+        )
+    settings = read_json(folder / "config.json") or {}
+    ends = {settings.get("module_input_name") or ST_VECTOR, settings.get("module_output_name") or ST_VECTOR}
+    if ends != {ST_VECTOR} or settings.get("use_residual"):
+        raise FolderFormatError(
+            f"{name} is not a plain {kind} of the sentence vector ({settings}); it cannot be carried"
+        )
+    if kind == "Normalize":
+        return {"type": "Normalize"}, {}
+    activation = settings.get("activation_function") or DEFAULT_ACTIVATION
+    try:
+        torch_activation(activation)
+    except ValueError:
+        raise FolderFormatError(
+            f"{name} uses the activation {activation!r}; only torch.nn classes are carried"
+        ) from None
+    if (folder / "model.safetensors").is_file():
+        weights = load_file(folder / "model.safetensors")
+    elif (folder / "pytorch_model.bin").is_file():
+        weights = torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
+    else:
+        raise FolderFormatError(f"{name} has no model.safetensors or pytorch_model.bin")
+    entry = {
+        "type": "Dense",
+        "in_features": int(settings["in_features"]),
+        "out_features": int(settings["out_features"]),
+        "bias": bool(settings.get("bias", True)),
+        "activation_function": activation,
+    }
+    shapes = {"linear.weight": (entry["out_features"], entry["in_features"])}
+    if entry["bias"]:
+        shapes["linear.bias"] = (entry["out_features"],)
+    if {key: tuple(value.shape) for key, value in weights.items()} != shapes:
+        raise FolderFormatError(f"{name} holds weights {sorted(weights)} that do not match its config.json")
+    return entry, {f"{index}.{key}": value for key, value in weights.items()}
+
+
+def read_sentence_transformers_folder(folder: Path) -> tuple[Path, str | None, dict, str | None, CarriedModules]:
+    """``(transformer folder, pooling, prompts, default prompt name, carried modules)`` of a sentence-transformers
+    folder; the folder itself, None, {}, None and no modules for a plain Hugging Face one. FolderFormatError for a
+    first module other than Transformer, a pooling the members cannot reproduce (cls or mean), or after it a module
+    other than Dense and Normalize (which ``read_carried_module`` reads)."""
+    modules = read_json(folder / "modules.json")
+    if not modules:
+        return folder, None, {}, None, CarriedModules()
+    kinds = [module["type"].rsplit(".", 1)[-1] for module in modules]
+    if kinds[0] != "Transformer":
+        raise FolderFormatError("its modules.json does not start with a Transformer module to start from")
+    pooling = None
+    if kinds[1:2] == ["Pooling"]:
+        pooling = read_st_pooling(folder / modules[1]["path"])
+    carried = CarriedModules()
+    for kind, module in zip(kinds[1 + (pooling is not None) :], modules[1 + (pooling is not None) :]):
+        if pooling is None:
+            raise FolderFormatError(f"its {kind} module follows the Transformer without a Pooling module")
+        entry, weights = read_carried_module(kind, folder / module.get("path", ""), len(carried.entries))
+        carried.entries.append(entry)
+        carried.weights.update(weights)
+    st_config = read_json(folder / "config_sentence_transformers.json") or {}
+    transformer = folder / modules[0].get("path", "")
+    return transformer, pooling, st_config.get("prompts") or {}, st_config.get("default_prompt_name"), carried

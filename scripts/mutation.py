@@ -55,6 +55,7 @@ MODULES: dict[str, dict[str, list[str]]] = {
             "x_align_loss",
             "x_translation_loss",
             "x_distance_constrained_loss",
+            "x_distill_loss",  # the distillation term
         ],
         # the sampled softmax of the decoder's training scores
         "hf_tlaser/models/tlaser/modeling_tlaser.py": ["xǁTLaserForTranslationǁtraining_logits"],
@@ -70,8 +71,6 @@ MODULES: dict[str, dict[str, list[str]]] = {
             "x_similarity_loss",
             "x_ldt_loss",
         ],
-        # the distillation term
-        "hf_tlaser/training/trainer.py": ["x_distill_loss"],
     },
     "warm": {"hf_tlaser/training/warm.py": ["*"]},
     "distill": {"hf_tlaser/training/distill.py": ["*"]},

@@ -17,10 +17,11 @@ from ddp_launch import launch_ddp
 from fresh_process import auto_model_vectors
 
 import hf_tlaser
+from hf_tlaser.losses import distill_loss
 from hf_tlaser.teachers.cli import main as teachers_main
 from hf_tlaser.training.cli import main
 from hf_tlaser.training.distill import DistillCollator, pivot_of_group, pivot_of_pair
-from hf_tlaser.training.trainer import DISTILL_INPUTS, LaserTrainer, distill_loss
+from hf_tlaser.training.trainer import DISTILL_INPUTS, LaserTrainer
 from tests.tiny_models import make_st_model
 
 TINY = {

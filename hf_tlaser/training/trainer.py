@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, Sampler
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from hf_tlaser.losses import NegativeMemory
+from hf_tlaser.losses import NegativeMemory, distill_loss
 
 logger = logging.getLogger(__name__)
 
@@ -44,14 +44,6 @@ COUNT_PARTS = ("skipped_pair_losses",)
 DISTILL_INPUTS = ("distill_input_ids", "distill_attention_mask", "distill_targets")
 """Batch keys of ``--teacher`` runs: every sentence of the micro-batch in encoder format and the teacher's vector of
 its pivot text; the trainer takes them out of the batch before the model's forward."""
-
-
-def distill_loss(student: torch.Tensor, teacher: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(MSE over every element, mean cosine) of student sentence vectors [M, D] against teacher vectors [M, D]."""
-    student = student.float()
-    mse = torch.nn.functional.mse_loss(student, teacher.float())
-    cosine = torch.nn.functional.cosine_similarity(student.detach(), teacher.float(), dim=-1).mean()
-    return mse, cosine
 
 
 LR_SCHEDULES = ("inverse_sqrt", "step")

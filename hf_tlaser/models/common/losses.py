@@ -247,6 +247,15 @@ class NegativeMemory(nn.Module):
         self.position = state["position"].to(device)
 
 
+def distill_loss(student: torch.Tensor, teacher: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(MSE over every element, mean cosine) of student sentence vectors [M, D] against teacher vectors [M, D]: the
+    ``--teacher`` distillation term (the trainer scales it by ``distill_weight`` and the micro-batch's share)."""
+    student = student.float()
+    mse = F.mse_loss(student, teacher.float())
+    cosine = F.cosine_similarity(student.detach(), teacher.float(), dim=-1).mean()
+    return mse, cosine
+
+
 @torch.no_grad()
 def mean_pairwise_cosine(vectors: torch.Tensor) -> torch.Tensor:
     """Mean cosine between distinct rows: near 1 means the vectors have collapsed onto one direction."""

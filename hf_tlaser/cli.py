@@ -30,7 +30,7 @@ COMMANDS = {
         "mine parallel sentences from two text files with LASER's margin (TSV + score histogram)",
     ),
     "export": (
-        "hf_tlaser.inference.export:main",
+        "hf_tlaser.backend.export:main",
         "write ONNX / OpenVINO (optionally int8) files into a model folder for sentence-transformers' backend=",
     ),
     "merge": (

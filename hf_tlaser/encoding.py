@@ -11,7 +11,7 @@ from types import EllipsisType
 import numpy as np
 import torch
 
-from hf_tlaser.backends import ExportedEncoder, load_backend
+from hf_tlaser.backend.runtime import ExportedEncoder, load_backend
 from hf_tlaser.hardware import default_device, resolve_precision
 from hf_tlaser.models.common.encode import repeated_prompt_message
 from hf_tlaser.models.registry import FAMILIES
@@ -88,7 +88,7 @@ def warn_passed_prompt(encoder: torch.nn.Module, texts: list[str]) -> None:
 def load_model(
     folder: str | os.PathLike, backend: str = "auto", precision: str = "auto"
 ) -> tuple[torch.nn.Module, object]:
-    """The encoder and tokenizer of a saved model folder on ``backend`` (``hf_tlaser.backends``: "torch", "onnx",
+    """The encoder and tokenizer of a saved model folder on ``backend`` (``hf_tlaser.backend``: "torch", "onnx",
     "onnx-int8", "openvino", "openvino-int8"; "auto": the fastest backend measured on this CPU class without quality
     loss where ``precision`` is "auto", else torch). Load once, then ``encode`` as often as needed."""
     from transformers import AutoModel, AutoTokenizer
@@ -143,7 +143,7 @@ def encode(
     when texts start with it: the prompt is built in and must not be passed again.
 
     ``backend`` runs the files that ``hf-tlaser export`` wrote into the model's folder instead of torch
-    (``hf_tlaser.backends``: "onnx", "onnx-int8", "openvino", "openvino-int8"; "auto": the fastest one measured on
+    (``hf_tlaser.backend``: "onnx", "onnx-int8", "openvino", "openvino-int8"; "auto": the fastest one measured on
     this CPU class without quality loss, else torch; "torch"). ``model`` may then be the folder itself (or a model
     loaded from it, whose folder is ``config.name_or_path``; ``tokenizer`` None: the folder's). Each call loads the
     backend: for repeated calls, load it once with ``load_model(folder, backend)`` and pass that as ``model``.

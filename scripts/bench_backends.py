@@ -8,7 +8,7 @@ from torch fp32 (cosine below 0.99995).
 
 Exports what the folder lacks first (``hf-tlaser export``: ONNX fp32 and int8 for this CPU, OpenVINO fp32, int8
 weights and static int8 calibrated on 300 sentences of the main job's training text). ``--record`` writes the
-folder's ``backends.json`` for this CPU class (``hf_tlaser.backends``), which ``backend="auto"`` reads: a backend is
+folder's ``backends.json`` for this CPU class (``hf_tlaser.backend``), which ``backend="auto"`` reads: a backend is
 taken only where NTREX rose by at most 0.2 points and SIB-200 cross fell by at most 1 point. ``--output`` replaces
 the section between the markers in that markdown file (``python -m benchmarks`` keeps it). ``--smoke`` runs a few
 sentences without the quality columns (a check of the script).
@@ -149,10 +149,10 @@ def quality(
 def ensure_exports(folder: Path, data_dir: str, tmp: Path, wanted: list[str]) -> None:
     """Export the ``wanted`` backends the folder lacks (ONNX int8 for this CPU; static int8 calibrated on training
     text)."""
-    from hf_tlaser.backends import backend_file
+    from hf_tlaser.backend.export import export_model
+    from hf_tlaser.backend.runtime import backend_file
     from hf_tlaser.data import load_corpus
     from hf_tlaser.errors import UsageError
-    from hf_tlaser.inference.export import export_model
 
     corpus = load_corpus("wmt-newstest-multiway", data_dir=data_dir, max_lines=CALIBRATION)
     calibration = tmp / "calibration.txt"
@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         worker(str(args.folder), backend, precision, texts, out, int(threads))
         return 0
 
-    from hf_tlaser.backends import cpu_class, cpu_flags
+    from hf_tlaser.backend.runtime import cpu_class, cpu_flags
     from hf_tlaser.data import load_corpus
 
     os.environ["HF_TLASER_DATA"] = args.data_dir

@@ -108,7 +108,7 @@ MODULES: dict[str, dict[str, list[str]]] = {
         ],
         # the folder checks, remote code only when asked, the agreement check, the room check, the files planned,
         # staged, checked and copied whole
-        "hf_tlaser/inference/export.py": [
+        "hf_tlaser/backend/export.py": [
             "x_check_folder",
             "x_load_for_export",
             "x_sample_batch",
@@ -127,7 +127,7 @@ MODULES: dict[str, dict[str, list[str]]] = {
         # lines cut in bounded reads, the \r-only refusal, the input digest, TSV fields
         "hf_tlaser/inference/lines.py": ["*"],
         # writability, free space, write errors, the output lock
-        "hf_tlaser/inference/guards.py": ["*"],
+        "hf_tlaser/guards.py": ["*"],
     },
     "bitext": {
         # issue 49's bitext layer: the kNN search at scale (exact, sharded, re-scored), the index checks, the mining,
@@ -156,7 +156,7 @@ MODULES: dict[str, dict[str, list[str]]] = {
     # the embeddings file: sidecar, shards joined, resumable writer, allocation
     "store": {"hf_tlaser/inference/store.py": ["*"]},
     # the exported backends, their files' freshness, the CPU class, backends.json and backend="auto"
-    "backends": {"hf_tlaser/backends.py": ["*"]},
+    "backends": {"hf_tlaser/backend/runtime.py": ["*"]},
 }
 CORE_TESTS = [
     "tests/test_losses.py",
@@ -296,9 +296,9 @@ QUICK_TESTS = {
         "tests/test_reliability.py",
         "tests/test_eval_retrieval.py",
     ],
-    "hf_tlaser/inference/export.py": ["tests/test_export.py", "tests/test_reliability.py", "tests/test_backends.py"],
+    "hf_tlaser/backend/export.py": ["tests/test_export.py", "tests/test_reliability.py", "tests/test_backends.py"],
     "hf_tlaser/inference/lines.py": ["tests/test_reliability.py", "tests/test_embed.py", "tests/test_mine.py"],
-    "hf_tlaser/inference/guards.py": [
+    "hf_tlaser/guards.py": [
         "tests/test_mutants_inference.py",
         "tests/test_reliability.py",
         "tests/test_embed.py",
@@ -310,7 +310,7 @@ QUICK_TESTS = {
         "tests/test_reliability.py",
         "tests/test_mine.py",
     ],
-    "hf_tlaser/backends.py": [
+    "hf_tlaser/backend/runtime.py": [
         "tests/test_mutants_inference.py",
         "tests/test_backends.py",
         "tests/test_export.py",

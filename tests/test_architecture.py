@@ -33,9 +33,16 @@ cycle fails the test, and so does a listed one that is gone (the list stays exac
 KNOWN_PRIVATE_IMPORTS: list[str] = []
 """Likewise for private names taken across modules."""
 LAYERS: list[tuple[str, ...]] = [
-    ("hf_tlaser.errors", "hf_tlaser.commands", "hf_tlaser.version", "hf_tlaser.hardware"),
+    ("hf_tlaser.errors", "hf_tlaser.commands", "hf_tlaser.version", "hf_tlaser.hardware", "hf_tlaser.guards"),
     ("hf_tlaser.data", "hf_tlaser.models"),
-    ("hf_tlaser", "hf_tlaser.losses", "hf_tlaser.encoding", "hf_tlaser.backends", "hf_tlaser.tokenization"),
+    (
+        "hf_tlaser",
+        "hf_tlaser.losses",
+        "hf_tlaser.encoding",
+        "hf_tlaser.backend",
+        "hf_tlaser.backends",
+        "hf_tlaser.tokenization",
+    ),
     ("hf_tlaser.model_folders", "hf_tlaser.bitext"),
     ("hf_tlaser.teachers",),
     ("hf_tlaser.training", "hf_tlaser.evaluation"),

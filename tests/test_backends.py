@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 import hf_tlaser
-from hf_tlaser import backends
+from hf_tlaser.backend import runtime as backends
+from hf_tlaser.backend.export import export_model
 from hf_tlaser.cli import main as hf_tlaser_main
 from hf_tlaser.errors import UsageError
 from hf_tlaser.inference import read_embeddings
-from hf_tlaser.inference.export import export_model
 from hf_tlaser.model_folders import load_encoder
 from tests.scripts import load_script
 
@@ -281,3 +281,15 @@ def test_bench_backends_compares_other_models(bench, warm_dir, st_dir, data_dir,
     assert not (warm_dir / "onnx").exists() and not (warm_dir / "openvino").exists()  # nothing exported
     own = next(row for row in rows if row.startswith(f"| {st_dir.name}: torch fp32"))
     assert float(own.split(" | ")[4]) > 0  # its speed as a ratio to FOLDER's
+
+
+def test_the_old_module_reads_through_with_a_deprecation_warning():
+    """``hf_tlaser.backends`` moved into ``hf_tlaser.backend`` (issue 49); the README named its ``cpu_class``, so the
+    old module keeps every name for one release, each read with a ``DeprecationWarning``."""
+    import hf_tlaser.backends as old
+    from hf_tlaser.backend import runtime
+
+    with pytest.warns(DeprecationWarning, match=r"hf_tlaser\.backends\.cpu_class is deprecated"):
+        assert old.cpu_class is runtime.cpu_class
+    with pytest.warns(DeprecationWarning), pytest.raises(AttributeError):
+        old.no_such_name

@@ -24,7 +24,7 @@ import torch
 from transformers import AutoModel
 
 import hf_tlaser
-from hf_tlaser import backends
+from hf_tlaser.backend import runtime as backends
 from hf_tlaser.errors import UsageError
 
 TEXTS = [

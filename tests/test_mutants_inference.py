@@ -17,11 +17,11 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from hf_tlaser import backends
+from hf_tlaser.backend import runtime as backends
 from hf_tlaser.bitext import index, mining
 from hf_tlaser.errors import UsageError
+from hf_tlaser.guards import OutputLock
 from hf_tlaser.inference import mine, store
-from hf_tlaser.inference.guards import OutputLock
 from hf_tlaser.inference.store import EmbeddingsWriter, describe, partial_paths, read_embeddings, sidecar_path
 from hf_tlaser.teachers.loading import load_teacher, vector_width
 from tests.test_mine import write_embeddings
@@ -266,7 +266,7 @@ def test_a_quantised_export_lists_the_file_asked_for_first(tlaser_folder, tmp_pa
     pytest.importorskip("onnxruntime")
     import shutil
 
-    from hf_tlaser.inference.export import export_model
+    from hf_tlaser.backend.export import export_model
 
     folder = Path(shutil.copytree(tlaser_folder, tmp_path / "model"))
     written = export_model(folder, "onnx", "int8", cpu="avx2")  # no fp32 file yet: both are written

@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers import MarianConfig
 
-from hf_tlaser.backends import EXPORTED
+from hf_tlaser.backend.runtime import EXPORTED
 from hf_tlaser.hub.model_card import CARD_SECTIONS
 from hf_tlaser.model_folders import MODEL_TYPES
 from hf_tlaser.models.common.pooling import SAVED_WITHOUT_POOLING, pooling_mode

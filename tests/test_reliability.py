@@ -145,9 +145,9 @@ def test_an_export_of_other_weights_is_refused_and_never_chosen(warm_dir, tmp_pa
     embeddings' fingerprint differs from torch's (another file computes them)."""
     pytest.importorskip("onnxruntime")
     import hf_tlaser
-    from hf_tlaser import backends
+    from hf_tlaser.backend import runtime as backends
+    from hf_tlaser.backend.export import export_model
     from hf_tlaser.errors import UsageError
-    from hf_tlaser.inference.export import export_model
 
     folder = Path(shutil.copytree(warm_dir, tmp_path / "model"))
     export_model(folder, "onnx")
@@ -255,7 +255,7 @@ def test_embed_allocates_its_file_and_a_full_disk_is_one_line(tlaser_folder, tmp
 
 
 def test_mine_and_export_check_the_free_space_first(tlaser_folder, tmp_path, monkeypatch, capsys):
-    from hf_tlaser.inference import export
+    from hf_tlaser.backend import export
 
     rng = np.random.default_rng(0)
     (tmp_path / "src.txt").write_text("".join(f"source {i}\n" for i in range(8)), encoding="utf-8")
@@ -364,7 +364,7 @@ def test_an_unwritable_output_is_found_before_the_work(tlaser_folder, tmp_path, 
     code = hf_tlaser_main([*args, "--output", str(unwritable / "pairs.tsv")])
     one_line(capsys, code, f"--output {unwritable / 'pairs.tsv'}: cannot write in")
     pytest.importorskip("onnx")
-    from hf_tlaser.inference import export
+    from hf_tlaser.backend import export
 
     model = Path(shutil.copytree(tlaser_folder, unwritable / "model"))  # copied by open(), which is not refused
     monkeypatch.setattr(export, "load_for_export", loaded)
@@ -387,11 +387,11 @@ def test_mine_over_a_folder_with_overwrite_is_one_line_and_leaves_nothing(tmp_pa
 @pytest.mark.parametrize("content", ["[]", '{"CLASS": {"onnx": {"speedup": "fast"}}}', '{"CLASS": ["onnx"]}', "{"])
 def test_a_malformed_backends_json_is_ignored_with_a_warning(tlaser_folder, tmp_path, caplog, content):
     """``backends.json`` as ``[]`` or with strings for numbers: AttributeError / TypeError tracebacks (exit 1)."""
-    from hf_tlaser import backends
+    from hf_tlaser.backend import runtime as backends
 
     folder = Path(shutil.copytree(tlaser_folder, tmp_path / "model"))
     (folder / backends.MEASURED_FILE).write_text(content.replace("CLASS", backends.cpu_class()), encoding="utf-8")
-    with caplog.at_level("WARNING", logger="hf_tlaser.backends"):
+    with caplog.at_level("WARNING", logger="hf_tlaser.backend.runtime"):
         assert backends.choose_backend(folder) == "torch"
     assert f"{folder / backends.MEASURED_FILE} is" in caplog.text and "ignored" in caplog.text
 
@@ -501,7 +501,7 @@ def test_output_lock_is_exclusive_and_removed_on_release(tmp_path):
     import os
 
     from hf_tlaser.errors import UsageError
-    from hf_tlaser.inference.guards import OutputLock
+    from hf_tlaser.guards import OutputLock
 
     first = OutputLock(tmp_path / "x.npy", "--output").acquire()
     assert (tmp_path / "x.npy.lock").read_text() == f"{os.getpid()}\n"

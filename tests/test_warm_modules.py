@@ -15,10 +15,10 @@ import torch
 from transformers import AutoModel, PreTrainedTokenizerFast
 
 import hf_tlaser
+from hf_tlaser.backend.export import export_model
 from hf_tlaser.errors import UsageError
 from hf_tlaser.hub import add_sentence_transformers_files
 from hf_tlaser.hub.model_card import render_model_card
-from hf_tlaser.inference.export import export_model
 from hf_tlaser.models.ldt import LDTConfig
 from hf_tlaser.models.tlaser import TLaserForTranslation
 from hf_tlaser.training.cli import main

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer
 
-from hf_tlaser.backends import BACKENDS, load_backend
+from hf_tlaser.backend.runtime import BACKENDS, load_backend
 from hf_tlaser.commands import run_command
 from hf_tlaser.data.languages import normalize_language
 from hf_tlaser.encoding import model_languages
@@ -138,7 +138,7 @@ def evaluate_model(
     ``reference_specs`` add rows of other models (:func:`reference_rows`, loaded before any data is read, through
     the teacher cache ``cache_dir``), with ``reference_prompt``, and a cross-model row for each of the model's width.
 
-    ``backend`` runs the model's exported files (``hf_tlaser.backends``: onnx, onnx-int8, openvino, openvino-int8;
+    ``backend`` runs the model's exported files (``hf_tlaser.backend``: onnx, onnx-int8, openvino, openvino-int8;
     auto: ``choose_backend``) instead of torch, to measure what a backend costs; the random-init row stays in torch.
     """
     config = check_model_folder(model_dir)

@@ -10,7 +10,7 @@
   :data:`~hf_tlaser.inference.lines.MAX_LINE_CHARS` characters is cut to them before it is tokenised (sidecar
   ``cut``, and a warning), so one huge line cannot take unbounded memory (:mod:`hf_tlaser.inference.lines`).
 * Before the model loads: the output's folder is tried for writing and ``OUTPUT.lock`` is locked (one run per
-  output, :mod:`hf_tlaser.inference.guards`). A first pass counts the lines and checks that they are UTF-8, and the
+  output, :mod:`hf_tlaser.guards`). A first pass counts the lines and checks that they are UTF-8, and the
   input's SHA-256 is noted (``--resume`` refuses an input edited since), and the free space is checked for the
   vector width the model's files state (:func:`~hf_tlaser.teachers.loading.vector_width`). Before the first line is
   embedded, the free space is checked again for the loaded model's width and the output's blocks are allocated; a
@@ -47,13 +47,14 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from hf_tlaser.backends import BACKENDS
+from hf_tlaser.backend.runtime import BACKENDS
 from hf_tlaser.bitext.texts import Texts
 from hf_tlaser.commands import print_summary, run_command
 from hf_tlaser.data.batching import pack_chunk
 from hf_tlaser.data.lengths import token_counts
 from hf_tlaser.encoding import DOCUMENT_MODES, split_sentences
 from hf_tlaser.errors import UsageError
+from hf_tlaser.guards import OutputLock, check_writable, write_failed
 from hf_tlaser.hardware import PRECISIONS, resolve_precision
 from hf_tlaser.model_folders import AUTO, DOCUMENT_WORDS, EVAL_PROMPTS
 from hf_tlaser.teachers.loading import (
@@ -66,7 +67,6 @@ from hf_tlaser.teachers.loading import (
 )
 from hf_tlaser.version import __version__
 
-from .guards import OutputLock, check_writable, write_failed
 from .lines import MAX_LINE_CHARS, read_lines
 from .store import DTYPES, EmbeddingsWriter, first_non_finite
 

@@ -40,9 +40,9 @@ from hf_tlaser.bitext.select import DEFAULT_THRESHOLDS, RETRIEVALS, unique_rows
 from hf_tlaser.bitext.texts import Texts, read_texts, write_tsv
 from hf_tlaser.commands import run_command
 from hf_tlaser.errors import UsageError
+from hf_tlaser.guards import OutputLock, check_space, check_writable, write_failed
 from hf_tlaser.hardware import PRECISIONS
 from hf_tlaser.inference import embed
-from hf_tlaser.inference.guards import OutputLock, check_space, check_writable, write_failed
 from hf_tlaser.inference.store import check_compatible, first_non_finite, read_embeddings
 
 logger = logging.getLogger(__name__)
@@ -100,7 +100,7 @@ def write_pairs(mined: Mined, path: Path, src_texts: list[str], tgt_texts: list[
 
 def check_outputs(output: Path, histogram: Path, overwrite: bool) -> None:
     """``UsageError`` when an output exists (without ``overwrite``), is a folder, or its folder does not exist or
-    cannot be written (:func:`~hf_tlaser.inference.guards.check_writable`)."""
+    cannot be written (:func:`~hf_tlaser.guards.check_writable`)."""
     if output.resolve() == histogram.resolve():
         raise UsageError(f"--histogram {histogram}: the same file as --output; give another path")
     for argument, path in (("--output", output), ("--histogram", histogram)):

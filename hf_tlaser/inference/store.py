@@ -46,8 +46,7 @@ from pathlib import Path
 import numpy as np
 
 from hf_tlaser.errors import UsageError
-
-from .guards import check_space, write_failed
+from hf_tlaser.guards import check_space, write_failed
 
 logger = logging.getLogger(__name__)
 

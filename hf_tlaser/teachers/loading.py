@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from transformers import AutoTokenizer
 
-from hf_tlaser.backends import ExportedEncoder, hash_file, load_backend
+from hf_tlaser.backend.runtime import ExportedEncoder, hash_file, load_backend
 from hf_tlaser.errors import UsageError
 from hf_tlaser.hardware import default_device, resolve_precision
 from hf_tlaser.model_folders import (
@@ -474,7 +474,7 @@ def load_teacher(
     ``precision`` (auto/fp32/bf16/fp16) is the autocast of the forward pass (not part of the fingerprint: vectors of
     one model in another precision are the same vectors to within rounding). ``revision`` (or ``ID@REVISION``) pins
     a Hub model. ``texts`` checks a ``vectors:`` file against the corpus (row count and texts hash). ``backend``
-    runs an hf_tlaser folder's exported files (``hf_tlaser.backends.load_backend``: "auto" chooses only with
+    runs an hf_tlaser folder's exported files (``hf_tlaser.backend.load_backend``: "auto" chooses only with
     ``precision`` "auto"); a sentence-transformers model runs in torch.
 
     ``UsageError`` naming ``argument`` when the SPEC cannot be loaded: a missing folder or file, a folder that is no

@@ -51,7 +51,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from hf_tlaser.backends import (
+from hf_tlaser.backend.runtime import (
     EXTRAS,
     ONNX_CPU_TARGETS,
     ONNX_FILE,
@@ -69,7 +69,7 @@ from hf_tlaser.backends import (
 )
 from hf_tlaser.commands import print_summary, run_command
 from hf_tlaser.errors import UsageError
-from hf_tlaser.inference.guards import check_space, check_writable, write_failed
+from hf_tlaser.guards import check_space, check_writable, write_failed
 from hf_tlaser.models.common.pooling import (
     has_sentence_transformers_files,
     pool_hidden,

@@ -27,16 +27,25 @@ def split_sentences(document: str) -> list[str]:
     return [s.strip() for s in _SENTENCE_END.split(document) if s.strip()] or [""]
 
 
-def truncate_words(texts: list[str], max_words: int) -> tuple[list[str], int]:
-    """Keep the first ``max_words`` whitespace-separated words of each text; return texts and how many were cut."""
-    out, cut = [], 0
-    for text in texts:
-        words = text.split()
-        if len(words) > max_words:
-            cut += 1
-            text = " ".join(words[:max_words])
-        out.append(text)
-    return out, cut
+def cut_words(texts: list[str], max_words: int) -> tuple[list[str], np.ndarray]:
+    """The first ``max_words`` whitespace-separated words of each text, and which texts were cut (bool [N])."""
+    words = [text.split() for text in texts]
+    cut = np.asarray([len(w) > max_words for w in words], dtype=bool)
+    return [" ".join(w[:max_words]) if c else text for text, w, c in zip(texts, words, cut)], cut
+
+
+def document_sentences(documents: list[str]) -> tuple[list[str], np.ndarray]:
+    """The sentences of every document (``split_sentences``), in order, and the document each belongs to."""
+    pieces = [split_sentences(doc) for doc in documents]
+    owner = np.repeat(np.arange(len(documents)), [len(p) for p in pieces])
+    return [sentence for piece in pieces for sentence in piece], owner
+
+
+def mean_by_document(vectors: torch.Tensor, owner: np.ndarray, documents: int) -> torch.Tensor:
+    """LASER's document vector: the mean of each document's sentence vectors (``owner``: ``document_sentences``)."""
+    index = torch.from_numpy(owner)
+    sums = torch.zeros(documents, vectors.shape[1], dtype=vectors.dtype).index_add_(0, index, vectors)
+    return sums / torch.bincount(index, minlength=documents)[:, None].to(vectors.dtype)
 
 
 PER_LANGUAGE_MODELS = tuple(model_type for model_type, family in FAMILIES.items() if family.per_language)
@@ -180,16 +189,12 @@ def encode(
     texts = [texts] if single else list(texts)
     warn_passed_prompt(encoder, texts)
     if documents and document_mode == "whole" and max_words is not None:
-        texts, cut = truncate_words(texts, max_words)
-        if cut:
-            logger.warning("truncated %d of %d documents to their first %d words", cut, len(texts), max_words)
+        texts, cut = cut_words(texts, max_words)
+        if cut.any():
+            logger.warning("truncated %d of %d documents to their first %d words", cut.sum(), len(texts), max_words)
     if documents and document_mode == "sentences":
-        pieces = [split_sentences(doc) for doc in texts]
-        flat = encoder.encode([s for p in pieces for s in p], tokenizer, **options)
-        counts = torch.tensor([len(p) for p in pieces], dtype=torch.long)
-        owner = torch.repeat_interleave(torch.arange(len(pieces)), counts)
-        sums = torch.zeros(len(pieces), flat.shape[1]).index_add_(0, owner, flat)
-        vectors = sums / counts[:, None]
+        sentences, owner = document_sentences(texts)
+        vectors = mean_by_document(encoder.encode(sentences, tokenizer, **options), owner, len(texts))
     else:
         vectors = encoder.encode(texts, tokenizer, **options)
     if normalize:

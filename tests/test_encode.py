@@ -98,3 +98,15 @@ def test_single_string_and_empty_list(models, tokenizer, newstest_lines):
         empty = model.encode([], tokenizer)
         assert empty.shape == (0, dim) and empty.dtype == np.float32
         assert model.encode([], tokenizer, convert_to_tensor=True).shape == (0, dim)
+
+
+def test_the_document_policy_by_hand():
+    """The helpers that ``encode`` and ``hf-tlaser embed --documents`` share (once, since issue 49)."""
+    from hf_tlaser.encoding import cut_words, document_sentences, mean_by_document
+
+    texts, cut = cut_words(["a b  c", "a b", ""], 2)
+    assert texts == ["a b", "a b", ""] and cut.tolist() == [True, False, False]
+    sentences, owner = document_sentences(["One. Two!\nThree", "", "Four?"])
+    assert sentences == ["One.", "Two!", "Three", "", "Four?"] and owner.tolist() == [0, 0, 0, 1, 2]
+    vectors = torch.tensor([[1.0, 0.0], [3.0, 2.0], [5.0, 1.0], [7.0, 7.0], [-1.0, 4.0]])
+    torch.testing.assert_close(mean_by_document(vectors, owner, 3), torch.tensor([[3.0, 1.0], [7.0, 7.0], [-1.0, 4.0]]))

@@ -52,7 +52,7 @@ from hf_tlaser.bitext.texts import Texts
 from hf_tlaser.commands import print_summary, run_command
 from hf_tlaser.data.batching import pack_chunk
 from hf_tlaser.data.lengths import token_counts
-from hf_tlaser.encoding import DOCUMENT_MODES, split_sentences
+from hf_tlaser.encoding import DOCUMENT_MODES, cut_words, document_sentences, mean_by_document
 from hf_tlaser.errors import UsageError
 from hf_tlaser.guards import OutputLock, check_writable, write_failed
 from hf_tlaser.hardware import PRECISIONS, resolve_precision
@@ -199,18 +199,14 @@ class Embedder:
         if self.documents is None:
             vectors, over = self._encode(lines, progress)
             return vectors, int(over.sum())
-        if self.documents == "whole":
-            cut = np.asarray([len(doc.split()) > DOCUMENT_WORDS for doc in lines])
-            texts = [" ".join(doc.split()[:DOCUMENT_WORDS]) if c else doc for doc, c in zip(lines, cut)]
+        if self.documents == "whole":  # the document policy of hf_tlaser.encode, whose helpers these are
+            texts, cut = cut_words(lines, DOCUMENT_WORDS)
             vectors, over = self._encode(texts, None)
             truncated = int((cut | over).sum())
         else:
-            pieces = [split_sentences(doc) for doc in lines]
-            owner = np.repeat(np.arange(len(lines)), [len(p) for p in pieces])
-            flat, over = self._encode([s for p in pieces for s in p], None)
-            vectors = np.zeros((len(lines), flat.shape[1]), dtype=np.float64)
-            np.add.at(vectors, owner, flat)
-            vectors = (vectors / np.bincount(owner, minlength=len(lines))[:, None]).astype(np.float32)
+            sentences, owner = document_sentences(lines)
+            flat, over = self._encode(sentences, None)
+            vectors = mean_by_document(torch.from_numpy(flat), owner, len(lines)).numpy()
             truncated = len(np.unique(owner[over]))
         if progress is not None:
             progress.update(len(lines))

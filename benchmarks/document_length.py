@@ -1,7 +1,7 @@
 """Benchmark 5: time and peak memory of embedding one document of 128 ... 2048 tokens, and a real 750-word one.
 
 Documents are real text: NTREX-128 English lines concatenated, cut to S tokens (``STR_TAG ... </s>``); the
-750-word document is the first consecutive lines up to 750 words (``truncate_words``, as ``encode`` does for
+750-word document is the first consecutive lines up to 750 words (``cut_words``, as ``encode`` does for
 documents). Time: one ``pooled_only`` forward (the ``encode`` path) at batch 1, interleaved over the lengths.
 Memory: peak-RSS growth of that forward in a fresh subprocess per length (``benchmarks.memory_worker``;
 ``tracemalloc`` does not see torch's allocations). Both are fitted to a + b*S + c*S^2; the fitted S^2 share of the
@@ -33,7 +33,7 @@ from benchmarks.common import (
     ntrex_texts,
     tokenizer_for,
 )
-from hf_tlaser.encoding import truncate_words
+from hf_tlaser.encoding import cut_words
 from hf_tlaser.models.tlaser import TLaserModel
 from hf_tlaser.training.presets import get_preset
 
@@ -73,7 +73,7 @@ def documents(tokenizer, lengths: tuple[int, ...], words: int) -> dict[str, list
         count += len(line.split())
         if count >= words:
             break
-    (doc,), _ = truncate_words([" ".join(text)], words)
+    (doc,), _ = cut_words([" ".join(text)], words)
     docs[f"{words} words"] = tokenizer(doc)["input_ids"]
     return docs
 

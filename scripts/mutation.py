@@ -79,18 +79,14 @@ MODULES: dict[str, dict[str, list[str]]] = {
     # issue 50: hf-tlaser embed, mine and export, without their argparse builders and the library calls that only
     # convert (export_onnx, export_openvino, compress_openvino, quantize_openvino_static)
     "inference": {
-        # the shard and chunk plan, the batching and truncation counts, the checks before the model loads, the lock
-        # and the chunk loop (main: run_command and the process group's end only)
+        # the shard, the batching and truncation counts, the checks before the model loads, the lock and the chunk
+        # loop (main: run_command and the process group's end only)
         "hf_tlaser/inference/embed.py": [
             "x_parse_shard",
-            "xǁPlanǁbounds",
-            "x_plan_lines",
-            "x_read_chunks",
             "xǁEmbedderǁ__init__",
             "xǁEmbedderǁ_encode",
             "xǁEmbedderǁ__call__",
             "x_check_args",
-            "x_scan_input",
             "x_run",
             "x_embed_locked",
         ],
@@ -124,7 +120,7 @@ MODULES: dict[str, dict[str, list[str]]] = {
             "x_copy_whole",
             "x_stage_files",
         ],
-        # lines cut in bounded reads, the \r-only refusal, the input digest, TSV fields
+        # lines cut in bounded reads, the \r-only refusal, the input scanned and hashed once, the chunk plan
         "hf_tlaser/inference/lines.py": ["*"],
         # writability, free space, write errors, the output lock
         "hf_tlaser/guards.py": ["*"],

@@ -18,7 +18,7 @@ import hf_tlaser
 from hf_tlaser.cli import main as hf_tlaser_main
 from hf_tlaser.errors import UsageError
 from hf_tlaser.inference import EmbeddingsWriter, check_compatible, read_embeddings
-from hf_tlaser.inference.embed import plan_lines
+from hf_tlaser.inference.lines import plan_lines
 from hf_tlaser.model_folders import load_encoder
 
 
@@ -277,8 +277,7 @@ def test_sidecar_is_json_beside_a_plain_npy(st_folder, input_file, tmp_path):
 
 def test_lines_held_in_memory_are_chunked_and_cut_as_the_file_is(tmp_path):
     """``mine --model`` hands ``embed`` the lines it read: the same chunks, and the same cut, as reading the file."""
-    from hf_tlaser.inference.embed import Source, read_chunks, scan_input
-    from hf_tlaser.inference.lines import MAX_LINE_CHARS
+    from hf_tlaser.inference.lines import MAX_LINE_CHARS, Source, read_chunks, scan_input
 
     texts = ["short", "x" * (MAX_LINE_CHARS + 5), "", "last"]
     path = tmp_path / "in.txt"

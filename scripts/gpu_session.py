@@ -6,9 +6,15 @@ Here, before the lease (network):
     python scripts/gpu_session.py pack-data .gpu_carry/data        # the corpora the session reads, one .tar.xz
     python scripts/gpu_session.py carry-size .gpu_carry            # what travels vs the 64 MiB limit
 
-On the GPU machine (no network), called by the shell script:
+On the GPU machine (no network), called by the shell script, which keeps only what must be shell (the stages'
+processes, time limits, detaching, the files that come back):
 
     python scripts/gpu_session.py summary OUT                      # OUT/SUMMARY.md from the stages' results
+    python scripts/gpu_session.py environment --output F ...       # setup: environment.json
+    python scripts/gpu_session.py dist-facts F NAME RUN RC SECONDS LOG  # dist: one launcher run in distributed.json
+    python scripts/gpu_session.py save-steps BENCHMARKS.json MINUTES   # train: updates between checkpoints
+    python scripts/gpu_session.py train-facts F RUN RESULTS        # finish: train.json
+    python scripts/gpu_session.py note F KEY VALUE                 # one more key in a JSON file
 
 The GPU machine has its own Python (3.12) and torch (with CUDA) and many packages already (``IMAGE_PACKAGES``). The
 whole pinned stack (constraints.txt) without torch is ~220 MiB of wheels, far over the 64 MiB that may travel, so
@@ -95,6 +101,28 @@ RELEASE_FOLDERS = ("wmt-newstest-more", "flores-devtest", "ud-pud", "tico19-test
 (121 MiB: the archive then travels in parts, ``--release``)."""
 EUROPARL = "europarl-v2-it-en"
 EUROPARL_FILES = ("europarl.it-en.en.gz", "europarl.it-en.it.gz", "europarl.it-en.session.gz")
+
+STACK_VERSIONS = (
+    "transformers",
+    "accelerate",
+    "datasets",
+    "sentence-transformers",
+    "huggingface-hub",
+    "tokenizers",
+    "numpy",
+    "deepspeed",
+    "hf_tlaser",
+)
+"""The packages whose versions ``environment.json`` records."""
+LOG_MENTIONS = (
+    "FullyShardedDataParallel",
+    "fully_shard",
+    "DeepSpeed",
+    "ZeRO",
+    "DistributedDataParallel",
+    "find_unused_parameters",
+)
+"""What a dist run's log is searched for: the strategy that really ran."""
 
 
 def log(message: str) -> None:
@@ -397,6 +425,127 @@ def summary(out: Path, work: Path | None = None) -> str:
     return text
 
 
+# ------------------------------------------------------------------------ the stages' records (on the GPU machine)
+
+
+def note(path: Path, key: str, value: str) -> dict:
+    """One more key in the JSON object file ``path``: ``value`` parsed as JSON where it is, else as text."""
+    data = json.loads(path.read_text()) if path.is_file() else {}
+    try:
+        data[key] = json.loads(value)
+    except ValueError:
+        data[key] = value
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    return data
+
+
+def environment(path: Path, install: str, torch_version: str, pin: str, size: str, data: str) -> dict:
+    """The setup stage's ``environment.json``: Python, torch and its pin, the GPU, the stack's versions."""
+    import importlib.metadata as md
+    import platform
+    import subprocess
+
+    import torch
+
+    env = {
+        "size": size,
+        "python": platform.python_version(),
+        "torch": torch_version,
+        "torch_pin": pin,
+        "torch_matches_pin": torch_version.split("+")[0] == pin,
+        "torch_cuda": torch.version.cuda,
+        "cuda_device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "bf16_supported": torch.cuda.is_bf16_supported() if torch.cuda.is_available() else None,
+        "install": install,
+        "data": data,
+    }
+    query = ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"]
+    try:
+        smi = subprocess.run(query, capture_output=True, text=True, timeout=30)
+        env["nvidia_smi"] = smi.stdout.strip() or smi.stderr.strip()
+    except (OSError, subprocess.SubprocessError) as err:
+        env["nvidia_smi"] = f"unavailable ({err})"
+    for name in STACK_VERSIONS:
+        try:
+            env[name] = md.version(name)
+        except md.PackageNotFoundError:
+            env[name] = None
+    path.write_text(json.dumps(env, indent=2) + "\n")
+    return env
+
+
+def history_facts(state: Path) -> tuple[dict, list[float]]:
+    """From a run's ``trainer_state.json``: its updates and first and last logged loss, and its logged tokens/s."""
+    saved = json.loads(state.read_text())
+    history = saved["log_history"]
+    losses = [h["loss"] for h in history if "loss" in h]
+    facts = {"updates": saved["global_step"], "loss_first_last": [losses[0], losses[-1]] if losses else None}
+    return facts, [h["tokens_per_second"] for h in history if "tokens_per_second" in h]
+
+
+def dist_facts(path: Path, name: str, out: Path, rc: int, seconds: int, log: Path) -> dict:
+    """The dist stage's record of one launcher run in ``distributed.json`` (under ``name``): exit, time, updates,
+    losses, and which sharded checkpoints (FSDP, DeepSpeed) and log lines show the strategy really ran."""
+    facts: dict = {"exit": rc, "seconds": seconds}
+    state = out / "trainer_state.json"
+    if state.is_file():
+        history, tps = history_facts(state)
+        facts.update(history, tokens_per_second_last=tps[-1] if tps else None)
+    names = sorted({p.name for p in out.rglob("*")}) if out.is_dir() else []
+    facts["checkpoints"] = sorted(n for n in names if n.startswith("checkpoint-"))
+    facts["fsdp_sharded_files"] = [n for n in names if "fsdp" in n.lower()][:6]
+    facts["deepspeed_files"] = [n for n in names if n.startswith("global_step") or "zero_pp" in n or n == "latest"][:6]
+    facts["fsdp_active"] = bool(facts["fsdp_sharded_files"])  # SHARDED_STATE_DICT checkpoints: pytorch_model_fsdp_0
+    facts["deepspeed_active"] = bool(facts["deepspeed_files"])  # DeepSpeed checkpoints: global_stepN/
+    facts["saved_model"] = sorted(p.name for p in out.glob("*.safetensors")) if out.is_dir() else []
+    text = log.read_text(errors="replace") if log.is_file() else ""
+    facts["log_mentions"] = {key: key in text for key in LOG_MENTIONS}
+    errors = [line for line in text.splitlines() if "Error" in line or "error:" in line]
+    facts["last_error"] = errors[-1][:300] if errors else None
+    data = json.loads(path.read_text()) if path.is_file() else {}
+    data[name] = facts
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    return facts
+
+
+def save_steps(bench: Path, train_minutes: float) -> int:
+    """Updates between checkpoints for about 12 over the train stage, from the bench stage's small cT-LASER tokens/s
+    (``BENCHMARKS.json``, benchmark 2); 250 without it."""
+    try:
+        result = next(r for r in json.loads(bench.read_text())["benchmarks"] if r["number"] == 2)
+        tps = result["data"]["small_preset"]["tokens_per_second"]["pair/ctlaser"]
+    except (OSError, ValueError, KeyError, TypeError, StopIteration):
+        return 250
+    updates_per_minute = 0.7 * tps / 32000 * 60  # update_tokens of `small`; 0.7: the Trainer's overhead
+    return max(25, int(updates_per_minute * train_minutes / 12))
+
+
+def train_facts(path: Path, run: Path, results: Path) -> dict:
+    """The finish stage's ``train.json``: the run's (or its last checkpoint's) updates, pairs, losses, time, median
+    tokens/s, checkpoints and learning curve, and where its evaluation is."""
+    data = json.loads(path.read_text()) if path.is_file() else {}
+    state = run / "trainer_state.json"
+    if not state.is_file():
+        found = sorted(run.glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name.split("-")[1]))
+        state = found[-1] if found else state
+    if state.is_file():
+        history, tps = history_facts(state)
+        logged = json.loads(state.read_text())["log_history"]
+        runtime = [h["train_runtime"] for h in logged if "train_runtime" in h]
+        data.update(history, pairs_seen=int(sum(h.get("pairs", 0) for h in logged)))
+        data["train_runtime_s"] = runtime[-1] if runtime else None
+        data["tokens_per_second_median"] = sorted(tps)[len(tps) // 2] if tps else None
+    data["checkpoints"] = len(list(run.glob("checkpoint-*")))
+    curve = run / "curve.json"
+    if curve.is_file():
+        points = sorted(json.loads(curve.read_text())["points"].values(), key=lambda p: p["step"])
+        data["curve"] = [{k: p[k] for k in ("step", "pairs", "ntrex_absolute", "sib_cross")} for p in points]
+    if results.is_file():
+        data["evaluate_results"] = str(results.relative_to(results.parents[1]))
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    return data
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -431,7 +580,44 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("carry", type=Path, nargs="?", default=ROOT / ".gpu_carry")
     s = sub.add_parser("summary", help="OUT/SUMMARY.md from the stages' results")
     s.add_argument("out", type=Path)
+    n = sub.add_parser("note", help="one more key in a JSON object file (VALUE as JSON where it is, else text)")
+    n.add_argument("path", type=Path)
+    n.add_argument("key")
+    n.add_argument("value")
+    e = sub.add_parser("environment", help="the setup stage's environment.json")
+    for name in ("install", "torch_version", "pin", "size", "data"):
+        e.add_argument(name)
+    e.add_argument("--output", type=Path, required=True)
+    r = sub.add_parser("dist-facts", help="one launcher run's record in distributed.json")
+    r.add_argument("path", type=Path)
+    r.add_argument("name")
+    r.add_argument("out", type=Path)
+    r.add_argument("rc", type=int)
+    r.add_argument("seconds", type=int)
+    r.add_argument("log", type=Path)
+    v = sub.add_parser("save-steps", help="updates between the train stage's checkpoints (about 12 in all)")
+    v.add_argument("bench", type=Path)
+    v.add_argument("train_minutes", type=float)
+    t = sub.add_parser("train-facts", help="the finish stage's train.json")
+    t.add_argument("path", type=Path)
+    t.add_argument("run", type=Path)
+    t.add_argument("results", type=Path)
     args = parser.parse_args(argv)
+    if args.command == "note":
+        note(args.path, args.key, args.value)
+        return 0
+    if args.command == "environment":
+        environment(args.output, args.install, args.torch_version, args.pin, args.size, args.data)
+        return 0
+    if args.command == "dist-facts":
+        print(f"{args.name}: {dist_facts(args.path, args.name, args.out, args.rc, args.seconds, args.log)}")
+        return 0
+    if args.command == "save-steps":
+        print(save_steps(args.bench, args.train_minutes))
+        return 0
+    if args.command == "train-facts":
+        train_facts(args.path, args.run, args.results)
+        return 0
     if args.command == "fetch-wheels":
         deepspeed = not args.no_deepspeed
         return fetch_wheels(args.out, args.constraints, args.all, args.python_version, args.cache, deepspeed)

@@ -190,17 +190,7 @@ limit() {
     return $rc
 }
 note() { # note FILE KEY VALUE: a JSON object file, one more key
-    "$PY" - "$@" <<'EOF'
-import json, sys
-from pathlib import Path
-path, key, value = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
-data = json.loads(path.read_text()) if path.is_file() else {}
-try:
-    data[key] = json.loads(value)
-except ValueError:
-    data[key] = value
-path.write_text(json.dumps(data, indent=2) + "\n")
-EOF
+    "$PY" scripts/gpu_session.py note "$@"
 }
 
 publish() { # at most 8 flat files into $OUT, each under 16 MiB
@@ -293,29 +283,8 @@ stage_setup() {
         export HF_TLASER_DATA=$WORK/tiny-data
         say "corpora (tiny): $HF_TLASER_DATA, NTREX-128 cut to 300 lines, SIB-200 to 140/30/70 per language"
     fi
-    "$PY" - "$RESULTS/environment.json" "$install" "$torch_version" "$pin" "$SIZE" "$HF_TLASER_DATA" <<'EOF' 2>>"$LOGS/setup.log" || say "environment.json failed"
-import importlib.metadata as md, json, platform, subprocess, sys
-import torch
-path, install, torch_version, pin, size, data = sys.argv[1:]
-env = {"size": size, "python": platform.python_version(), "torch": torch_version, "torch_pin": pin,
-       "torch_matches_pin": torch_version.split("+")[0] == pin, "torch_cuda": torch.version.cuda,
-       "cuda_device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-       "bf16_supported": torch.cuda.is_bf16_supported() if torch.cuda.is_available() else None,
-       "install": install, "data": data}
-try:
-    smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
-                         capture_output=True, text=True, timeout=30)
-    env["nvidia_smi"] = smi.stdout.strip() or smi.stderr.strip()
-except (OSError, subprocess.SubprocessError) as err:
-    env["nvidia_smi"] = f"unavailable ({err})"
-for name in ("transformers", "accelerate", "datasets", "sentence-transformers", "huggingface-hub", "tokenizers",
-             "numpy", "deepspeed", "hf_tlaser"):
-    try:
-        env[name] = md.version(name)
-    except md.PackageNotFoundError:
-        env[name] = None
-open(path, "w").write(json.dumps(env, indent=2) + "\n")
-EOF
+    "$PY" scripts/gpu_session.py environment --output "$RESULTS/environment.json" "$install" "$torch_version" "$pin" \
+        "$SIZE" "$HF_TLASER_DATA" 2>>"$LOGS/setup.log" || say "environment.json failed"
     "$PY" -c 'import hf_tlaser, transformers, datasets, sentence_transformers' 2>>"$LOGS/setup.log" || die "hf_tlaser does not import after setup (logs/setup.log)"
     [ -f "$marker" ] || echo "torch $torch_version; $install" >"$marker"
 }
@@ -355,37 +324,8 @@ dist_run() { # dist_run NAME LAUNCHER_ARGS...: one accelerate launch of the trai
         --mixed_precision "$mixed" --dynamo_backend no -m hf_tlaser.training.cli --model ctlaser \
         "${DIST_ARGS[@]}" --precision "$prec" --output-dir "$out"
     local rc=$?
-    "$PY" - "$RESULTS/distributed.json" "$name" "$out" "$rc" "$(($(date +%s) - begin))" "$LOGS/dist-$name.log" <<'EOF'
-import json, sys
-from pathlib import Path
-path, name, out, rc, seconds, log = sys.argv[1:]
-out, path = Path(out), Path(path)
-facts = {"exit": int(rc), "seconds": int(seconds)}
-state = out / "trainer_state.json"
-if state.is_file():
-    history = json.loads(state.read_text())["log_history"]
-    facts["updates"] = json.loads(state.read_text())["global_step"]
-    losses = [h["loss"] for h in history if "loss" in h]
-    facts["loss_first_last"] = [losses[0], losses[-1]] if losses else None
-    tps = [h["tokens_per_second"] for h in history if "tokens_per_second" in h]
-    facts["tokens_per_second_last"] = tps[-1] if tps else None
-names = sorted({p.name for p in out.rglob("*")}) if out.is_dir() else []
-facts["checkpoints"] = sorted(n for n in names if n.startswith("checkpoint-"))
-facts["fsdp_sharded_files"] = [n for n in names if "fsdp" in n.lower()][:6]
-facts["deepspeed_files"] = [n for n in names if n.startswith("global_step") or "zero_pp" in n or n == "latest"][:6]
-facts["fsdp_active"] = bool(facts["fsdp_sharded_files"])  # SHARDED_STATE_DICT checkpoints: pytorch_model_fsdp_0
-facts["deepspeed_active"] = bool(facts["deepspeed_files"])  # DeepSpeed checkpoints: global_stepN/
-facts["saved_model"] = sorted(p.name for p in out.glob("*.safetensors")) if out.is_dir() else []
-text = Path(log).read_text(errors="replace") if Path(log).is_file() else ""
-facts["log_mentions"] = {k: k in text for k in ("FullyShardedDataParallel", "fully_shard", "DeepSpeed", "ZeRO",
-                                                "DistributedDataParallel", "find_unused_parameters")}
-errors = [line for line in text.splitlines() if "Error" in line or "error:" in line]
-facts["last_error"] = errors[-1][:300] if errors else None
-data = json.loads(path.read_text()) if path.is_file() else {}
-data[name] = facts
-path.write_text(json.dumps(data, indent=2) + "\n")
-print(f"{name}: {facts}")
-EOF
+    "$PY" scripts/gpu_session.py dist-facts "$RESULTS/distributed.json" "$name" "$out" "$rc" \
+        "$(($(date +%s) - begin))" "$LOGS/dist-$name.log"
     return $rc
 }
 
@@ -411,16 +351,7 @@ stage_dist() {
 # ------------------------------------------------------------------------------------------------ train
 save_steps() { # ~12 checkpoints over the run, from the bench stage's small cT-LASER tokens/s when there is one
     if [ -n "$SAVE_STEPS" ]; then echo "$SAVE_STEPS"; return; fi
-    "$PY" - "$RESULTS/BENCHMARKS.json" "$TRAIN_MIN" <<'EOF'
-import json, sys
-try:
-    bench = json.load(open(sys.argv[1]))
-    tps = next(r for r in bench["benchmarks"] if r["number"] == 2)["data"]["small_preset"]["tokens_per_second"]
-    updates_per_min = 0.7 * tps["pair/ctlaser"] / 32000 * 60  # update_tokens of `small`; 0.7: the Trainer's overhead
-    print(max(25, int(updates_per_min * float(sys.argv[2]) / 12)))
-except Exception:
-    print(250)
-EOF
+    "$PY" scripts/gpu_session.py save-steps "$RESULTS/BENCHMARKS.json" "$TRAIN_MIN"
 }
 
 stage_train() {
@@ -513,35 +444,8 @@ stage_finish() {
     else
         say "finish: no saved model or checkpoint in $RUN"
     fi
-    "$PY" - "$RESULTS/train.json" "$RUN" "$WORK/eval/results.json" <<'EOF' || say "finish: train.json failed"
-import json, sys
-from pathlib import Path
-path, run, results = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
-data = json.loads(path.read_text()) if path.is_file() else {}
-state = run / "trainer_state.json"
-if not state.is_file():
-    found = sorted(run.glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name.split("-")[1]))
-    state = found[-1] if found else state
-if state.is_file():
-    s = json.loads(state.read_text())
-    history = s["log_history"]
-    data["updates"] = s["global_step"]
-    data["pairs_seen"] = int(sum(h.get("pairs", 0) for h in history))
-    losses = [h["loss"] for h in history if "loss" in h]
-    data["loss_first_last"] = [losses[0], losses[-1]] if losses else None
-    runtime = [h["train_runtime"] for h in history if "train_runtime" in h]
-    data["train_runtime_s"] = runtime[-1] if runtime else None
-    tps = [h["tokens_per_second"] for h in history if "tokens_per_second" in h]
-    data["tokens_per_second_median"] = sorted(tps)[len(tps) // 2] if tps else None
-data["checkpoints"] = len(list(run.glob("checkpoint-*")))
-curve = run / "curve.json"
-if curve.is_file():
-    points = sorted(json.loads(curve.read_text())["points"].values(), key=lambda p: p["step"])
-    data["curve"] = [{k: p[k] for k in ("step", "pairs", "ntrex_absolute", "sib_cross")} for p in points]
-if results.is_file():
-    data["evaluate_results"] = str(results.relative_to(results.parents[1]))
-path.write_text(json.dumps(data, indent=2) + "\n")
-EOF
+    "$PY" scripts/gpu_session.py train-facts "$RESULTS/train.json" "$RUN" "$WORK/eval/results.json" ||
+        say "finish: train.json failed"
     say "finish: done"
 }
 

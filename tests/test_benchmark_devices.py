@@ -130,3 +130,50 @@ def test_wheels_asked_for_leave_out_torch_and_the_package_itself():
     }
     assert {"transformers", "faiss-cpu", "pytest"} <= names
     assert not names & {"torch", "hf-tlaser"}  # the dev extra's hf_tlaser[openvino]: pip cannot fetch the package
+
+
+def test_the_stages_records_are_subcommands(tmp_path):
+    """The records ``gpu_session.sh`` wrote with five inline Python heredocs are ``gpu_session.py`` subcommands (issue
+    49): a JSON note, the dist stage's facts of a run, the train stage's checkpoint spacing, the finish stage's
+    ``train.json``, all from made-up run folders."""
+    gpu_session = _gpu_session()
+    notes = tmp_path / "distributed.json"
+    assert gpu_session.main(["note", str(notes), "deepspeed", '"skipped"']) == 0
+    assert gpu_session.note(notes, "procs", "2") == {"deepspeed": "skipped", "procs": 2}  # JSON where it is JSON
+    run = tmp_path / "run"
+    (run / "checkpoint-20").mkdir(parents=True)
+    (run / "checkpoint-10").mkdir()
+    (run / "pytorch_model_fsdp_0").mkdir()
+    (run / "model.safetensors").write_bytes(b"")
+    history = [
+        {"loss": 4.0, "tokens_per_second": 100.0, "pairs": 30},
+        {"loss": 3.0, "tokens_per_second": 300.0, "pairs": 34},
+        {"loss": 2.5, "tokens_per_second": 200.0, "pairs": 36},
+        {"train_runtime": 12.5},
+    ]
+    (run / "trainer_state.json").write_text(json.dumps({"global_step": 30, "log_history": history}))
+    log = tmp_path / "dist.log"
+    log.write_text("using FullyShardedDataParallel\nValueError: late\nRuntimeError: last one\n")
+    facts = gpu_session.dist_facts(notes, "fsdp", run, 0, 41, log)
+    assert facts["updates"] == 30 and facts["loss_first_last"] == [4.0, 2.5] and facts["tokens_per_second_last"] == 200
+    assert facts["checkpoints"] == ["checkpoint-10", "checkpoint-20"] and facts["fsdp_active"]
+    assert not facts["deepspeed_active"] and facts["saved_model"] == ["model.safetensors"]
+    assert facts["log_mentions"]["FullyShardedDataParallel"] and not facts["log_mentions"]["DeepSpeed"]
+    assert facts["last_error"] == "RuntimeError: last one"
+    assert json.loads(notes.read_text())["fsdp"] == facts and json.loads(notes.read_text())["procs"] == 2
+    bench = tmp_path / "BENCHMARKS.json"
+    assert gpu_session.save_steps(bench, 60) == 250  # no bench stage
+    tps = {"small_preset": {"tokens_per_second": {"pair/ctlaser": 32000 / 0.7}}}  # 60 updates a minute
+    bench.write_text(json.dumps({"benchmarks": [{"number": 2, "data": tps}]}))
+    assert gpu_session.save_steps(bench, 60) == 300 and gpu_session.save_steps(bench, 1) == 25
+    results = tmp_path / "eval" / "results.json"
+    results.parent.mkdir()
+    results.write_text("{}")
+    data = gpu_session.train_facts(tmp_path / "train.json", run, results)
+    assert (data["updates"], data["pairs_seen"], data["loss_first_last"]) == (30, 100, [4.0, 2.5])
+    assert (data["train_runtime_s"], data["tokens_per_second_median"], data["checkpoints"]) == (12.5, 200.0, 2)
+    assert data["evaluate_results"] == "eval/results.json"
+    (run / "trainer_state.json").rename(run / "checkpoint-20" / "trainer_state.json")  # killed: its last checkpoint
+    assert gpu_session.train_facts(tmp_path / "again.json", run, results)["updates"] == 30
+    env = gpu_session.environment(tmp_path / "environment.json", "pip", f"{torch.__version__}", "0.0", "tiny", "d")
+    assert env["torch_matches_pin"] is False and env["hf_tlaser"] is not None and env["size"] == "tiny"

@@ -424,6 +424,20 @@ def test_an_index_the_search_cannot_run_is_refused_before_it(tmp_path, monkeypat
     assert not searched and not (tmp_path / "mined.tsv").exists()
 
 
+def test_mine_with_a_model_refuses_a_bad_index_before_the_model_embeds(tlaser_folder, tmp_path, monkeypatch, capsys):
+    """``mine --model`` embedded both files (minutes at scale) and only then refused ``--index``; it is now checked
+    for the width the model's files state, before the model loads."""
+    from hf_tlaser.inference import embed
+
+    (tmp_path / "src.txt").write_text("".join(f"source {i}\n" for i in range(50)), encoding="utf-8")
+    (tmp_path / "tgt.txt").write_text("".join(f"target {i}\n" for i in range(50)), encoding="utf-8")
+    monkeypatch.setattr(embed, "run", lambda job: pytest.fail("embedded before the --index check"))
+    args = ["mine", "--src", str(tmp_path / "src.txt"), "--tgt", str(tmp_path / "tgt.txt"), "--threads", "1"]
+    args += ["--model", str(tlaser_folder), "--output", str(tmp_path / "pairs.tsv"), "--index", "IVF64,Flat"]
+    one_line(capsys, hf_tlaser_main(args), "--index 'IVF64,Flat'", "64 inverted lists need at least as many rows")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["src.txt", "tgt.txt"]
+
+
 @pytest.mark.parametrize("damage", ["truncated", "mislabelled"])
 def test_a_damaged_gz_text_is_one_line_naming_it(tmp_path, capsys, damage):
     rng = np.random.default_rng(0)

@@ -16,9 +16,10 @@ and logged.
 Before any search (and before ``--model`` loads): the outputs' folder is tried for writing, ``OUTPUT.lock`` is
 locked (one run per output), each embeddings file's recorded input is compared with ``--src``/``--tgt`` (their
 SHA-256 where the sidecar has one, and always their line counts), the free space is checked against the TSV's
-largest size, and the ``--index`` string is built on a sample (or refused, e.g. more inverted lists than rows). With
-``--model``, the two embeddings files are written in ``OUTPUT.embeddings.tmp/`` beside the output (removed at the
-end, and by the next run on the output when a killed run left it).
+largest size, and the ``--index`` string is built on a sample (or refused, e.g. more inverted lists than rows; with
+``--model``, for the vector width its files state, before it loads). With ``--model``, the two embeddings files are
+written in ``OUTPUT.embeddings.tmp/`` beside the output (removed at the end, and by the next run on the output when a
+killed run left it).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from hf_tlaser.guards import OutputLock, check_space, check_writable, write_fail
 from hf_tlaser.hardware import PRECISIONS
 from hf_tlaser.inference import embed
 from hf_tlaser.inference.store import check_compatible, first_non_finite, read_embeddings
+from hf_tlaser.teachers.loading import vector_width
 
 logger = logging.getLogger(__name__)
 
@@ -214,6 +216,27 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError("--batch-size and --index-memory must be positive, --train-size at least 0")
 
 
+def search_plan(args: argparse.Namespace) -> SearchPlan:
+    """The kNN search the arguments ask for (``--index``, ``--nprobe``, ...)."""
+    return SearchPlan(
+        index=args.index,
+        nprobe=args.nprobe,
+        refine=args.refine,
+        batch_size=args.batch_size,
+        index_memory=args.index_memory * 1e9,
+        train_size=args.train_size,
+        device=args.device,
+        seed=args.seed,
+    )
+
+
+def check_indexes(plan: SearchPlan, rows: tuple[int, int], dim: int) -> None:
+    """``UsageError`` unless the search can run ``plan``'s index on databases of the two sides' unique rows
+    (:func:`~hf_tlaser.bitext.index.check_index`)."""
+    for count in rows:
+        check_index(plan.spec(count, dim), count, dim)
+
+
 def run(
     args: argparse.Namespace, texts: tuple[Texts, Texts], embeddings: tuple[list[str], list[str]]
 ) -> tuple[int, int, int]:
@@ -224,18 +247,8 @@ def run(
     check_compatible(src_meta, tgt_meta, "--src-embeddings/--tgt-embeddings")
     src_texts, tgt_texts = texts[0].lines, texts[1].lines
     src, tgt = Rows(src_array, unique_rows(src_texts)), Rows(tgt_array, unique_rows(tgt_texts))
-    plan = SearchPlan(
-        index=args.index,
-        nprobe=args.nprobe,
-        refine=args.refine,
-        batch_size=args.batch_size,
-        index_memory=args.index_memory * 1e9,
-        train_size=args.train_size,
-        device=args.device,
-        seed=args.seed,
-    )
-    for rows in (len(src), len(tgt)):  # refuse a bad --index before any search
-        check_index(plan.spec(rows, src.dim), rows, src.dim)
+    plan = search_plan(args)
+    check_indexes(plan, (len(src), len(tgt)), src.dim)  # a bad --index is refused before any search
     largest = sum(len(text.encode()) + 1 for text in src_texts) + sum(len(text.encode()) + 1 for text in tgt_texts)
     check_space(args.output.parent, largest + 12 * min(len(src), len(tgt)), f"--output {args.output}", "the TSV")
     threshold = DEFAULT_THRESHOLDS[args.margin] if args.threshold is None else args.threshold
@@ -295,6 +308,9 @@ def main(argv: list[str] | None = None) -> int:
             faiss.omp_set_num_threads(args.threads)
         with OutputLock(args.output, "--output"):
             texts = read_texts(args.src, "--src"), read_texts(args.tgt, "--tgt")
+            width = None if args.model is None else vector_width(args.model)
+            if width is not None:  # --model: a bad --index is refused before the model loads and embeds
+                check_indexes(search_plan(args), tuple(len(unique_rows(t.lines)) for t in texts), width)
             if args.model is None:
                 kept, total, changed = run(args, texts, (args.src_embeddings, args.tgt_embeddings))
             else:

@@ -97,6 +97,8 @@ MODULES: dict[str, dict[str, list[str]]] = {
             "x_check_input",
             "x_load_side",
             "x_check_args",
+            "x_search_plan",
+            "x_check_indexes",
             "x_run",
             "x_embed_both",
             "x_embeddings_folder",

@@ -238,15 +238,18 @@ def check_indexes(plan: SearchPlan, rows: tuple[int, int], dim: int) -> None:
 
 
 def run(
-    args: argparse.Namespace, texts: tuple[Texts, Texts], embeddings: tuple[list[str], list[str]]
+    args: argparse.Namespace,
+    texts: tuple[Texts, Texts],
+    rows: tuple[np.ndarray, np.ndarray],
+    embeddings: tuple[list[str], list[str]],
 ) -> tuple[int, int, int]:
-    """Mine the texts of both sides with their embeddings files; ``(pairs written, pairs scored, texts whose tabs or
-    line breaks were written as spaces)``."""
+    """Mine the texts of both sides (``rows``: the lines mined, ``unique_rows``) with their embeddings files;
+    ``(pairs written, pairs scored, texts whose tabs or line breaks were written as spaces)``."""
     src_array, src_meta = load_side(args.src, texts[0], embeddings[0], "src")
     tgt_array, tgt_meta = load_side(args.tgt, texts[1], embeddings[1], "tgt")
     check_compatible(src_meta, tgt_meta, "--src-embeddings/--tgt-embeddings")
     src_texts, tgt_texts = texts[0].lines, texts[1].lines
-    src, tgt = Rows(src_array, unique_rows(src_texts)), Rows(tgt_array, unique_rows(tgt_texts))
+    src, tgt = Rows(src_array, rows[0]), Rows(tgt_array, rows[1])
     plan = search_plan(args)
     check_indexes(plan, (len(src), len(tgt)), src.dim)  # a bad --index is refused before any search
     largest = sum(len(text.encode()) + 1 for text in src_texts) + sum(len(text.encode()) + 1 for text in tgt_texts)
@@ -308,17 +311,18 @@ def main(argv: list[str] | None = None) -> int:
             faiss.omp_set_num_threads(args.threads)
         with OutputLock(args.output, "--output"):
             texts = read_texts(args.src, "--src"), read_texts(args.tgt, "--tgt")
+            rows = unique_rows(texts[0].lines), unique_rows(texts[1].lines)
             width = None if args.model is None else vector_width(args.model)
             if width is not None:  # --model: a bad --index is refused before the model loads and embeds
-                check_indexes(search_plan(args), tuple(len(unique_rows(t.lines)) for t in texts), width)
+                check_indexes(search_plan(args), (len(rows[0]), len(rows[1])), width)
             if args.model is None:
-                kept, total, changed = run(args, texts, (args.src_embeddings, args.tgt_embeddings))
+                kept, total, changed = run(args, texts, rows, (args.src_embeddings, args.tgt_embeddings))
             else:
                 folder = embeddings_folder(args.output)
                 shutil.rmtree(folder, ignore_errors=True)  # a killed run's (the lock says no run uses it)
                 try:
                     folder.mkdir()
-                    kept, total, changed = run(args, texts, embed_both(args, texts, folder))
+                    kept, total, changed = run(args, texts, rows, embed_both(args, texts, folder))
                 except OSError as err:
                     raise write_failed(err, folder, "--output") from None
                 finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from types import EllipsisType
 
@@ -19,6 +20,15 @@ from hf_tlaser.models.registry import FAMILIES
 logger = logging.getLogger(__name__)
 
 DOCUMENT_MODES = ("whole", "sentences")
+DOCUMENT_WORDS = 750
+"""T-LASER embeds a document whole, cut to its first 750 words (Li & Mak 2020)."""
+# LASER's tasks/mldoc/mldoc.sh removes text "not useful for classification" with sed before embedding:
+# ' Co .' -> ' Co.', ' Inc . ' -> ' Inc. ', and the Reuters copyright line '(c) Reuters Limited 199x.'.
+LASER_MLDOC_CLEANUP = (
+    (re.compile(r" Co \."), " Co."),
+    (re.compile(r" Inc \. "), " Inc. "),
+    (re.compile(r"\([cC]\) Reuters Limited 199[0-9]\."), ""),
+)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 
 
@@ -46,6 +56,38 @@ def mean_by_document(vectors: torch.Tensor, owner: np.ndarray, documents: int) -
     index = torch.from_numpy(owner)
     sums = torch.zeros(documents, vectors.shape[1], dtype=vectors.dtype).index_add_(0, index, vectors)
     return sums / torch.bincount(index, minlength=documents)[:, None].to(vectors.dtype)
+
+
+def laser_mldoc_cleanup(text: str) -> str:
+    """An MLDoc document as LASER's ``mldoc.sh`` feeds it to the encoder (its three ``sed`` substitutions)."""
+    for pattern, replacement in LASER_MLDOC_CLEANUP:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def embed_documents(
+    encode: Callable[[list[str]], tuple[torch.Tensor, np.ndarray]],
+    documents: list[str],
+    mode: str = "whole",
+    max_words: int | None = DOCUMENT_WORDS,
+) -> tuple[torch.Tensor, np.ndarray]:
+    """The document policy, once for every caller: ``whole`` embeds each document as one text cut to its first
+    ``max_words`` words (T-LASER; None: not cut), ``sentences`` as the mean of its sentences' vectors (LASER).
+
+    ``encode(texts) -> (vectors [n, d], over)``, ``over`` (bool [n]) the texts cut at the model's token limit.
+    Returns the document vectors [len(documents), d] and which documents were truncated (cut to ``max_words``, or a
+    text of theirs over the token limit)."""
+    if mode == "sentences":
+        sentences, owner = document_sentences(documents)
+        vectors, over = encode(sentences)
+        truncated = np.zeros(len(documents), dtype=bool)
+        truncated[owner[over]] = True
+        return mean_by_document(vectors, owner, len(documents)), truncated
+    cut = np.zeros(len(documents), dtype=bool)
+    if max_words is not None:
+        documents, cut = cut_words(documents, max_words)
+    vectors, over = encode(documents)
+    return vectors, cut | over
 
 
 PER_LANGUAGE_MODELS = tuple(model_type for model_type, family in FAMILIES.items() if family.per_language)
@@ -81,6 +123,16 @@ def check_language(model: torch.nn.Module, lang: str | None) -> None:
             f"{given}: this {model.config.model_type} model embeds each language through its own encoder; "
             f"pass lang= one of {', '.join(languages)}"
         )
+
+
+def model_encoder(model: torch.nn.Module, tokenizer, lang: str | None) -> tuple[torch.nn.Module, object, dict]:
+    """What embeds ``lang``'s texts (``check_language`` first): the model itself for a per-language model (cNV),
+    with that language's tokenizer when ``tokenizer`` is None and ``{"lang": lang}`` for its ``encode``; else its
+    sentence encoder (``model.encoder`` of a translation model), ``tokenizer`` and no options."""
+    check_language(model, lang)
+    if lang is None:
+        return getattr(model, "encoder", model), tokenizer, {}
+    return model, tokenizer if tokenizer is not None else model.get_tokenizer(lang), {"lang": lang}
 
 
 def warn_passed_prompt(encoder: torch.nn.Module, texts: list[str]) -> None:
@@ -167,10 +219,7 @@ def encode(
         device, autocast_dtype = torch.device("cpu"), None
     if documents and document_mode not in DOCUMENT_MODES:
         raise ValueError(f"document_mode={document_mode!r}; expected one of {DOCUMENT_MODES}")
-    check_language(model, lang)
-    encoder = model if lang is not None else getattr(model, "encoder", model)
-    if lang is not None and tokenizer is None:
-        tokenizer = model.get_tokenizer(lang)
+    encoder, tokenizer, language = model_encoder(model, tokenizer, lang)
     device = torch.device(device) if device is not None else default_device()
     encoder.to(device)
     if autocast_dtype is ...:
@@ -182,21 +231,23 @@ def encode(
         show_progress=show_progress,
         truncation=truncation,
         convert_to_tensor=True,
+        **language,
     )
-    if lang is not None:
-        options["lang"] = lang
     single = isinstance(texts, str)
     texts = [texts] if single else list(texts)
     warn_passed_prompt(encoder, texts)
-    if documents and document_mode == "whole" and max_words is not None:
-        texts, cut = cut_words(texts, max_words)
-        if cut.any():
-            logger.warning("truncated %d of %d documents to their first %d words", cut.sum(), len(texts), max_words)
-    if documents and document_mode == "sentences":
-        sentences, owner = document_sentences(texts)
-        vectors = mean_by_document(encoder.encode(sentences, tokenizer, **options), owner, len(texts))
+
+    def run(batch: list[str]) -> tuple[torch.Tensor, np.ndarray]:
+        return encoder.encode(batch, tokenizer, **options), np.zeros(len(batch), dtype=bool)
+
+    if documents:
+        vectors, truncated = embed_documents(run, texts, document_mode, max_words)
+        if document_mode == "whole" and truncated.any():
+            logger.warning(
+                "truncated %d of %d documents to their first %d words", truncated.sum(), len(texts), max_words
+            )
     else:
-        vectors = encoder.encode(texts, tokenizer, **options)
+        vectors, _ = run(texts)
     if normalize:
         vectors = torch.nn.functional.normalize(vectors, dim=-1)
     if single:

@@ -1,6 +1,6 @@
 """Model folders, as evaluation, teachers, training and inference read them: where a model SPEC lives (a folder, or
 a Hub id downloaded or found in the cache), which of its prompts to prepend, and an hf_tlaser folder checked, named
-and loaded as an embedder (:class:`EncoderEmbed`).
+and loaded (:func:`load_encoder`; as an embedder: :mod:`hf_tlaser.encoders`).
 
 This module sits below ``evaluation/``, ``teachers/`` and ``training/``, which all import it; it imports none of them.
 """
@@ -9,16 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 from transformers import AutoModel, AutoTokenizer
 
-import hf_tlaser
 from hf_tlaser.encoding import model_languages
 from hf_tlaser.errors import UsageError
 from hf_tlaser.models.registry import FAMILIES
@@ -35,15 +31,6 @@ MODEL_TYPES = tuple(FAMILIES)
 ADD_LANGUAGE_RECORD = "hf_tlaser_add_language.json"
 """The record ``hf-tlaser add-language`` writes into its folder (the added language, the start and the data), which
 the model card reads."""
-DOCUMENT_WORDS = 750
-"""T-LASER embeds a document whole, cut to its first 750 words (Li & Mak 2020)."""
-# LASER's tasks/mldoc/mldoc.sh removes text "not useful for classification" with sed before embedding:
-# ' Co .' -> ' Co.', ' Inc . ' -> ' Inc. ', and the Reuters copyright line '(c) Reuters Limited 199x.'.
-LASER_MLDOC_CLEANUP = (
-    (re.compile(r" Co \."), " Co."),
-    (re.compile(r" Inc \. "), " Inc. "),
-    (re.compile(r"\([cC]\) Reuters Limited 199[0-9]\."), ""),
-)
 
 
 def first_line(error: BaseException) -> str:
@@ -162,13 +149,6 @@ def model_name(config: dict) -> str:
 # ---------------------------------------------------------------------------------------------------- the encoder
 
 
-def laser_mldoc_cleanup(text: str) -> str:
-    """An MLDoc document as LASER's ``mldoc.sh`` feeds it to the encoder (its three ``sed`` substitutions)."""
-    for pattern, replacement in LASER_MLDOC_CLEANUP:
-        text = pattern.sub(replacement, text)
-    return text
-
-
 def load_encoder(model_dir: str | Path, random_init: bool = False) -> tuple[torch.nn.Module, object]:
     """The encoder and tokenizer of a saved model folder (``random_init``: same architecture, fresh weights).
 
@@ -185,60 +165,3 @@ def load_encoder(model_dir: str | Path, random_init: bool = False) -> tuple[torc
             fresh.tokenizers.update({lang: model.get_tokenizer(lang) for lang in languages})
         model = fresh
     return model.eval(), tokenizer
-
-
-@dataclass
-class EncoderEmbed:
-    """An ``Embed`` for a loaded hf_tlaser encoder.
-
-    Sentences are embedded as they are (inputs over the model's length limit are truncated). Documents (MLDoc) are
-    embedded whole: T-LASER's cut to their first 750 words, LASER's after the clean-up of LASER's ``mldoc.sh``.
-    A model with one encoder per language (cNV) is ``per_language``: it takes the language of each text and embeds
-    every language through its own encoder (``tokenizer`` None: the model's own per-language tokenizers).
-    """
-
-    model: torch.nn.Module
-    tokenizer: object
-    device: torch.device
-    autocast_dtype: torch.dtype | None = None
-    max_tokens: int = 16000
-
-    @property
-    def per_language(self) -> bool:
-        """Whether the model needs the language of each text (one encoder per language)."""
-        return model_languages(self.model) is not None
-
-    def _encode(self, texts: list[str], langs: list[str] | None = None, **options) -> np.ndarray:
-        def run(batch: list[str], **lang) -> np.ndarray:
-            return hf_tlaser.encode(
-                self.model,
-                self.tokenizer,
-                batch,
-                max_tokens=self.max_tokens,
-                truncation=True,
-                autocast_dtype=self.autocast_dtype,
-                device=self.device,
-                **lang,
-                **options,
-            )
-
-        if langs is None:
-            return run(texts)
-        rows = {lang: [i for i, text_lang in enumerate(langs) if text_lang == lang] for lang in dict.fromkeys(langs)}
-        parts = {lang: run([texts[i] for i in where], lang=lang) for lang, where in rows.items()}
-        if not parts:
-            return run([], lang=model_languages(self.model)[0])
-        out = np.empty((len(texts), next(iter(parts.values())).shape[1]), dtype=np.float32)
-        for lang, where in rows.items():
-            out[where] = parts[lang]
-        return out
-
-    def __call__(self, texts: list[str], langs: list[str] | None = None) -> np.ndarray:
-        return self._encode(texts, langs)
-
-    def embed_documents(self, texts: list[str], langs: list[str] | None = None) -> np.ndarray:
-        """Whole-document vectors (see the class docstring)."""
-        if self.model.config.model_type == "laser":
-            cleaned = [laser_mldoc_cleanup(t) for t in texts]
-            return self._encode(cleaned, langs, documents=True, document_mode="whole", max_words=None)
-        return self._encode(texts, langs, documents=True, document_mode="whole", max_words=DOCUMENT_WORDS)

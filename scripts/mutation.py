@@ -1,5 +1,5 @@
 """Mutation testing with mutmut 3 of the core modules (issue 34: the losses, training/warm.py, training/distill.py,
-teachers/cache.py and teachers/loading.py) and of the inference code (issue 50: inference/, its store, backends.py).
+teachers/cache.py and encoders/) and of the inference code (issue 50: inference/, its store, backends.py).
 Not part of CI (scripts/test.sh, .ci/run): it runs for tens of minutes.
 
 The code of ``--tree`` is copied into ``--workdir`` (hf_tlaser/, tests/, pyproject.toml with a ``[tool.mutmut]``
@@ -75,7 +75,13 @@ MODULES: dict[str, dict[str, list[str]]] = {
     "warm": {"hf_tlaser/training/warm.py": ["*"]},
     "distill": {"hf_tlaser/training/distill.py": ["*"]},
     "cache": {"hf_tlaser/teachers/cache.py": ["*"]},
-    "loading": {"hf_tlaser/teachers/loading.py": ["*"]},
+    "encoders": {
+        "hf_tlaser/encoders/base.py": ["*"],
+        "hf_tlaser/encoders/folder.py": ["*"],
+        "hf_tlaser/encoders/identity.py": ["*"],
+        "hf_tlaser/encoders/loading.py": ["*"],
+        "hf_tlaser/encoders/vectors.py": ["*"],
+    },
     # issue 50: hf-tlaser embed, mine and export, without their argparse builders and the library calls that only
     # convert (export_onnx, export_openvino, compress_openvino, quantize_openvino_static)
     "inference": {
@@ -83,9 +89,10 @@ MODULES: dict[str, dict[str, list[str]]] = {
         # loop (main: run_command and the process group's end only)
         "hf_tlaser/inference/embed.py": [
             "x_parse_shard",
-            "xǁEmbedderǁ__init__",
-            "xǁEmbedderǁ_encode",
-            "xǁEmbedderǁ__call__",
+            "x_vectors_fingerprint",
+            "x_encode_batched",
+            "x_embed_lines",
+            "x_load_model",
             "x_check_args",
             "x_run",
             "x_embed_locked",
@@ -191,7 +198,7 @@ INFERENCE_TESTS = [
 # module -> the test files of mutmut's run (its stats pass maps each test to the functions it calls); a run of some
 # --modules takes the union of theirs, in this order
 TEST_FILES: dict[str, list[str]] = {
-    **dict.fromkeys(("losses", "warm", "distill", "cache", "loading"), CORE_TESTS),
+    **dict.fromkeys(("losses", "warm", "distill", "cache", "encoders"), CORE_TESTS),
     **dict.fromkeys(("inference", "store", "backends"), INFERENCE_TESTS),
     "bitext": [
         "tests/test_mine.py",
@@ -255,11 +262,16 @@ QUICK_TESTS = {
         "tests/test_teacher_cache.py",
         "tests/test_teacher.py",
     ],
-    "hf_tlaser/teachers/loading.py": [
-        "tests/test_mutants_core.py",
-        "tests/test_teacher_fingerprint.py",
-        "tests/test_teacher.py",
-    ],
+    **dict.fromkeys(
+        [f"hf_tlaser/encoders/{name}.py" for name in ("base", "folder", "identity", "loading", "vectors")],
+        [
+            "tests/test_mutants_core.py",
+            "tests/test_teacher_fingerprint.py",
+            "tests/test_teacher.py",
+            "tests/test_eval_cli.py",
+            "tests/test_cnv_evaluation.py",
+        ],
+    ),
     "hf_tlaser/inference/embed.py": [
         "tests/test_mutants_inference.py",
         "tests/test_embed.py",

@@ -44,6 +44,7 @@ LAYERS: list[tuple[str, ...]] = [
         "hf_tlaser.tokenization",
     ),
     ("hf_tlaser.model_folders", "hf_tlaser.bitext"),
+    ("hf_tlaser.encoders",),
     ("hf_tlaser.teachers",),
     ("hf_tlaser.training", "hf_tlaser.evaluation"),
     ("hf_tlaser.hub", "hf_tlaser.inference"),

@@ -16,8 +16,9 @@ from test_eval_reports import toy_embed
 
 import hf_tlaser
 from hf_tlaser import LaserConfig, LaserForTranslation, TLaserConfig, TLaserForTranslation, save_tokenizer
+from hf_tlaser.encoders import HfTlaserEncoder
 from hf_tlaser.evaluation import cli, laser_mldoc_cleanup
-from hf_tlaser.evaluation.cli import EncoderEmbed, main, summarize
+from hf_tlaser.evaluation.cli import main, summarize
 from hf_tlaser.evaluation.suite import lexical_reference
 
 TRAIN_RECORD = {
@@ -167,7 +168,7 @@ def _words(lines: list[str], n: int) -> list[str]:
 def test_tlaser_documents_are_cut_to_750_words_and_embedded_whole(tokenizer, tiny_tlaser_kwargs, newstest_lines):
     torch.manual_seed(0)
     model = TLaserForTranslation(TLaserConfig(**{**tiny_tlaser_kwargs, "max_position_embeddings": 8192})).eval()
-    embed = EncoderEmbed(model, tokenizer, torch.device("cpu"))
+    embed = HfTlaserEncoder(model, tokenizer, torch.device("cpu"))
     words = _words(newstest_lines["en"], 900)
     document = " ".join(words)
     got = embed.embed_documents([document])
@@ -180,7 +181,7 @@ def test_laser_documents_get_mldoc_cleanup(tokenizer):
     torch.manual_seed(0)
     config = LaserConfig(vocab_size=len(tokenizer), embed_dim=16, lstm_hidden_size=12, decoder_hidden_size=24)
     model = LaserForTranslation(config).eval()
-    embed = EncoderEmbed(model, tokenizer, torch.device("cpu"))
+    embed = HfTlaserEncoder(model, tokenizer, torch.device("cpu"))
     raw = "Acme Co . said profits rose . (c) Reuters Limited 1996."
     cleaned = laser_mldoc_cleanup(raw)
     assert cleaned == "Acme Co. said profits rose . "

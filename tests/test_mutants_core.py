@@ -17,10 +17,10 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, XLMRobertaConfig
 
 from hf_tlaser import TLaserConfig, TLaserForTranslation
+from hf_tlaser.encoders.vectors import KEY_DTYPE
 from hf_tlaser.errors import UsageError
 from hf_tlaser.models.ldt.modeling_ldt import xtr_labels
 from hf_tlaser.teachers import Teacher, TeacherCache, load_teacher, model_folder, text_keys, write_vectors
-from hf_tlaser.teachers.vectors import KEY_DTYPE
 from hf_tlaser.training.distill import DistillCollator, pivot_of_group
 from hf_tlaser.training.trainer import DISTILL_INPUTS
 from hf_tlaser.training.warm import backbone_overrides, check_backbone, sentence_transformers_parts
@@ -268,8 +268,8 @@ def test_truncated_vectors_files_are_named_with_the_width_the_sidecar_records(tm
 
 
 def test_the_digest_memo_is_written_where_its_folders_do_not_exist_yet(tmp_path, monkeypatch):
-    from hf_tlaser.teachers import loading
-    from hf_tlaser.teachers.loading import folder_fingerprint
+    from hf_tlaser.encoders import identity as loading
+    from hf_tlaser.encoders.identity import folder_fingerprint
 
     monkeypatch.setattr(loading, "RACY_SECONDS", 0)  # a file written just now is memoised too
 

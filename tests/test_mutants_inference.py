@@ -19,11 +19,12 @@ import pytest
 
 from hf_tlaser.backend import runtime as backends
 from hf_tlaser.bitext import index, mining
+from hf_tlaser.encoders import vector_width
 from hf_tlaser.errors import UsageError
 from hf_tlaser.guards import OutputLock
 from hf_tlaser.inference import mine, store
 from hf_tlaser.inference.store import EmbeddingsWriter, describe, partial_paths, read_embeddings, sidecar_path
-from hf_tlaser.teachers.loading import load_teacher, vector_width
+from hf_tlaser.teachers import load_teacher
 from tests.test_mine import write_embeddings
 from tests.tiny_models import st_modules
 
@@ -73,7 +74,7 @@ def test_embed_checks_the_free_space_before_the_model_loads(tlaser_folder, tmp_p
 
     source = tmp_path / "in.txt"
     source.write_text("one\ntwo\n", encoding="utf-8")
-    monkeypatch.setattr(embed, "load_teacher", no_loading)
+    monkeypatch.setattr(embed, "load", no_loading)
     monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10**12, 10**12, 0))
     code = main(["embed", "--model", str(tlaser_folder), "--input", str(source), "--output", str(tmp_path / "o.npy")])
     err = capsys.readouterr().err

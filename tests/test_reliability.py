@@ -352,7 +352,7 @@ def test_an_unwritable_output_is_found_before_the_work(tlaser_folder, tmp_path, 
     def loaded(*args, **kwargs):
         raise AssertionError("the model loaded before the checks")
 
-    monkeypatch.setattr(embed, "load_teacher", loaded)
+    monkeypatch.setattr(embed, "load", loaded)
     source = small_input(tmp_path)
     code = hf_tlaser_main(embed_args(tlaser_folder, source, unwritable / "out.npy"))
     one_line(capsys, code, f"--output {unwritable / 'out.npy'}: cannot write in {unwritable}")

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hf_tlaser.encoders import identity as loading_module
 from hf_tlaser.teachers import ENV_VAR, TeacherCache, folder_fingerprint, load_teacher
-from hf_tlaser.teachers import loading as loading_module
 from tests.tiny_models import make_st_model
 
 OLD_SAMPLE, OLD_SAMPLES = 1 << 16, 16

@@ -9,7 +9,7 @@ independent of the model. kNN uses faiss when importable, else torch (``backend=
 from hf_tlaser.bitext.knn import knn
 from hf_tlaser.bitext.margin import MARGINS
 from hf_tlaser.bitext.mining import mine, write_bitexts
-from hf_tlaser.model_folders import laser_mldoc_cleanup
+from hf_tlaser.encoding import laser_mldoc_cleanup
 
 from .classifier import ClassifierConfig, TransferResult, select_epoch, zero_shot_transfer
 from .metrics import load_metric, metric_path

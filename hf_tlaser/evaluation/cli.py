@@ -17,13 +17,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import torch
 from transformers import AutoTokenizer
 
 from hf_tlaser.backend.runtime import BACKENDS, load_backend
 from hf_tlaser.commands import run_command
 from hf_tlaser.data.languages import normalize_language
-from hf_tlaser.encoding import model_languages
+from hf_tlaser.encoders import HfTlaserEncoder
+from hf_tlaser.encoding import DOCUMENT_WORDS, model_languages
 from hf_tlaser.evaluation.classifier import CLASSIFIERS, ClassifierConfig
 from hf_tlaser.evaluation.lexical import NAME as LEXICAL_NAME
 from hf_tlaser.evaluation.provenance import describe_model
@@ -42,10 +42,10 @@ from hf_tlaser.evaluation.suite import (
     run_suite,
 )
 from hf_tlaser.hardware import PRECISIONS, default_device, resolve_precision
-from hf_tlaser.model_folders import DOCUMENT_WORDS, EncoderEmbed, check_model_folder, load_encoder
+from hf_tlaser.model_folders import check_model_folder, load_encoder
 from hf_tlaser.teachers import AUTO, EVAL_PROMPTS, NO_CACHE, TeacherCache, load_teacher
 
-__all__ = ["DOCUMENT_WORDS", "EncoderEmbed", "evaluate_model", "load_encoder", "main", "reference_rows", "summarize"]
+__all__ = ["DOCUMENT_WORDS", "evaluate_model", "load_encoder", "main", "reference_rows", "summarize"]
 RANDOM_INIT = "random init"
 
 
@@ -158,12 +158,12 @@ def evaluate_model(
         reference_specs, prompt_name=reference_prompt, cache_dir=cache_dir, device=device, precision=precision
     )
 
-    def embedder(untrained: bool) -> EncoderEmbed:
+    def embedder(untrained: bool) -> HfTlaserEncoder:
         if exported is not None and not untrained:
             tokenizer = AutoTokenizer.from_pretrained(model_dir)
-            return EncoderEmbed(exported, tokenizer, torch.device("cpu"), None, max_tokens)
+            return HfTlaserEncoder(exported, tokenizer, max_tokens=max_tokens)
         model, tokenizer = load_encoder(model_dir, untrained)
-        return EncoderEmbed(model, tokenizer, device, choice.autocast_dtype, max_tokens)
+        return HfTlaserEncoder(model, tokenizer, device, choice.autocast_dtype, max_tokens)
 
     about = describe_model(model_dir)
     about.update(

@@ -1,7 +1,7 @@
 """``hf-tlaser embed``: the vectors of every line of a text file, streamed into an embeddings file (format in
 :mod:`hf_tlaser.inference.store`) in bounded memory, resumable, split across machines and processes.
 
-* The model is any SPEC ``hf-tlaser evaluate --reference`` takes (:func:`hf_tlaser.teachers.load_teacher`): an
+* The model is any SPEC ``hf-tlaser evaluate --reference`` takes (:func:`hf_tlaser.encoders.load`): an
   hf_tlaser model folder, or a sentence-transformers folder or Hub id with its prompt.
 * The input is plain or ``.gz`` UTF-8 text, one sentence per line (``--documents whole|sentences``: one document per
   line, embedded whole, cut to its first 750 words as T-LASER does, or as the mean of its sentences' vectors, as
@@ -12,7 +12,7 @@
 * Before the model loads: the output's folder is tried for writing and ``OUTPUT.lock`` is locked (one run per
   output, :mod:`hf_tlaser.guards`). A first pass counts the lines and checks that they are UTF-8, and the
   input's SHA-256 is noted (``--resume`` refuses an input edited since), and the free space is checked for the
-  vector width the model's files state (:func:`~hf_tlaser.teachers.loading.vector_width`). Before the first line is
+  vector width the model's files state (:func:`~hf_tlaser.encoders.vector_width`). Before the first line is
   embedded, the free space is checked again for the loaded model's width and the output's blocks are allocated; a
   write error is one line naming the file.
 * Then the lines are read in chunks of ``--chunk-size``; each chunk is tokenized, sorted by length and cut into
@@ -48,19 +48,12 @@ from hf_tlaser.bitext.texts import Texts
 from hf_tlaser.commands import print_summary, run_command
 from hf_tlaser.data.batching import pack_chunk
 from hf_tlaser.data.lengths import token_counts
-from hf_tlaser.encoding import DOCUMENT_MODES, cut_words, document_sentences, mean_by_document
+from hf_tlaser.encoders import VECTORS_PREFIX, Encoder, HfTlaserEncoder, load, vector_width
+from hf_tlaser.encoding import DOCUMENT_MODES, DOCUMENT_WORDS, embed_documents
 from hf_tlaser.errors import UsageError
 from hf_tlaser.guards import OutputLock, check_writable, write_failed
 from hf_tlaser.hardware import PRECISIONS, resolve_precision
-from hf_tlaser.model_folders import AUTO, DOCUMENT_WORDS, EVAL_PROMPTS
-from hf_tlaser.teachers.loading import (
-    VECTORS_PREFIX,
-    HfTlaserTeacher,
-    SentenceTransformerTeacher,
-    Teacher,
-    load_teacher,
-    vector_width,
-)
+from hf_tlaser.model_folders import AUTO, EVAL_PROMPTS
 from hf_tlaser.version import __version__
 
 from .lines import Source, plan_lines, read_chunks, scan_input
@@ -94,58 +87,63 @@ def parse_shard(text: str | None) -> tuple[int, int] | None:
 # ---------------------------------------------------------------------------------------------------- the model
 
 
-class Embedder:
-    """A loaded model SPEC with what batching and truncation counts need: its tokenizer, token limit and prompt."""
+def vectors_fingerprint(encoder: Encoder) -> str:
+    """Hash of the model's files (the encoder's fingerprint) and the prompt: what determines the vectors."""
+    return hashlib.sha256(f"{encoder.fingerprint}\0{encoder.prompt or ''}".encode()).hexdigest()
 
-    def __init__(self, teacher: Teacher, documents: str | None, max_tokens: int, batch_size: int) -> None:
-        if isinstance(teacher, SentenceTransformerTeacher):
-            self.tokenizer, self.limit = teacher.model.tokenizer, teacher.model.max_seq_length
-        elif isinstance(teacher, HfTlaserTeacher):
-            self.tokenizer, self.limit = teacher.embed.tokenizer, teacher.embed.model.config.max_position_embeddings
-            teacher.embed.max_tokens = max(teacher.embed.max_tokens, max_tokens)  # our batches are not cut again
-        else:
-            raise UsageError(f"--model {teacher.spec}: {teacher.kind} is not a model; give {MODEL_HELP}")
-        self.teacher, self.documents = teacher, documents
-        self.max_tokens, self.batch_size = max_tokens, batch_size
-        self.prompt = teacher.prompt or ""
 
-    @property
-    def fingerprint(self) -> str:
-        """Hash of the model's files (the teachers' fingerprint) and the prompt: what determines the vectors."""
-        return hashlib.sha256(f"{self.teacher.fingerprint}\0{self.prompt}".encode()).hexdigest()
-
-    def _encode(self, texts: list[str], progress) -> tuple[np.ndarray, np.ndarray]:
-        """float32 vectors of ``texts`` in input order, length-sorted batches; which texts were truncated."""
-        lengths = np.asarray(token_counts([self.prompt + t for t in texts], self.tokenizer, add_special_tokens=True))
-        over = lengths > self.limit
-        lengths = np.minimum(lengths, self.limit)
-        ones = np.ones(len(texts), dtype=np.int64)
-        batches = pack_chunk(np.arange(len(texts)), lengths, lengths, ones, ones, self.max_tokens, self.batch_size)
-        out = np.empty((len(texts), self.teacher.dim), dtype=np.float32)
-        for batch in batches:
-            out[batch] = self.teacher.encode([texts[i] for i in batch], batch_size=len(batch))
-            if progress is not None:
-                progress.update(len(batch))
-        return out, over
-
-    def __call__(self, lines: list[str], progress=None) -> tuple[np.ndarray, int]:
-        """float32 [len(lines), dim] in input order and the number of lines truncated; ``progress`` (tqdm) counts
-        lines."""
-        if self.documents is None:
-            vectors, over = self._encode(lines, progress)
-            return vectors, int(over.sum())
-        if self.documents == "whole":  # the document policy of hf_tlaser.encode, whose helpers these are
-            texts, cut = cut_words(lines, DOCUMENT_WORDS)
-            vectors, over = self._encode(texts, None)
-            truncated = int((cut | over).sum())
-        else:
-            sentences, owner = document_sentences(lines)
-            flat, over = self._encode(sentences, None)
-            vectors = mean_by_document(torch.from_numpy(flat), owner, len(lines)).numpy()
-            truncated = len(np.unique(owner[over]))
+def encode_batched(
+    encoder: Encoder, texts: list[str], max_tokens: int, batch_size: int, progress=None
+) -> tuple[torch.Tensor, np.ndarray]:
+    """float32 vectors of ``texts`` in input order, in length-sorted batches of at most ``max_tokens`` padded tokens
+    and ``batch_size`` rows; which texts were truncated (over the encoder's ``max_length``)."""
+    prompt = encoder.prompt or ""
+    lengths = np.asarray(token_counts([prompt + t for t in texts], encoder.tokenizer, add_special_tokens=True))
+    over = lengths > encoder.max_length
+    lengths = np.minimum(lengths, encoder.max_length)
+    ones = np.ones(len(texts), dtype=np.int64)
+    batches = pack_chunk(np.arange(len(texts)), lengths, lengths, ones, ones, max_tokens, batch_size)
+    out = np.empty((len(texts), encoder.dim), dtype=np.float32)
+    for batch in batches:
+        out[batch] = encoder.encode([texts[i] for i in batch], batch_size=len(batch))
         if progress is not None:
-            progress.update(len(lines))
-        return vectors, truncated
+            progress.update(len(batch))
+    return torch.from_numpy(out), over
+
+
+def embed_lines(
+    encoder: Encoder, lines: list[str], documents: str | None, max_tokens: int, batch_size: int, progress=None
+) -> tuple[np.ndarray, int]:
+    """float32 [len(lines), dim] in input order and the number of lines truncated (documents: by
+    ``hf_tlaser.encoding.embed_documents``, the policy ``hf_tlaser.encode`` follows); ``progress`` (tqdm) counts
+    lines."""
+    if documents is None:
+        vectors, over = encode_batched(encoder, lines, max_tokens, batch_size, progress)
+        return vectors.numpy(), int(over.sum())
+    vectors, truncated = embed_documents(
+        lambda texts: encode_batched(encoder, texts, max_tokens, batch_size), lines, documents, DOCUMENT_WORDS
+    )
+    if progress is not None:
+        progress.update(len(lines))
+    return vectors.numpy(), int(truncated.sum())
+
+
+def load_model(args: Job, device) -> Encoder:
+    """``--model`` as an encoder that tokenises its texts (``UsageError`` for a ``vectors:`` file)."""
+    encoder = load(
+        args.model,
+        prompt_name=args.prompt,
+        prefer=EVAL_PROMPTS,
+        device=device,
+        precision=args.precision,
+        argument="--model",
+        backend=args.backend,
+    )
+    if encoder.tokenizer is None:
+        raise UsageError(f"--model {encoder.spec}: {encoder.kind} is not a model; give {MODEL_HELP}")
+    if isinstance(encoder, HfTlaserEncoder):
+        encoder.max_tokens = max(encoder.max_tokens, args.max_tokens)  # our batches are not cut again
+    return encoder
 
 
 # ---------------------------------------------------------------------------------------------------- the command
@@ -299,20 +297,11 @@ def embed_locked(args: Job, path: Path, output: Path, shard: tuple[int, int] | N
         EmbeddingsWriter.check_room(output, plan.stop - plan.start, width, args.dtype)
     device = state.device
     precision = resolve_precision(args.precision, device).precision
-    teacher = load_teacher(
-        args.model,
-        prompt_name=args.prompt,
-        prefer=EVAL_PROMPTS,
-        device=device,
-        precision=args.precision,
-        argument="--model",
-        backend=args.backend,
-    )
-    embedder = Embedder(teacher, args.documents, args.max_tokens, args.batch_size)
+    encoder = load_model(args, device)
     settings = dict(
         model=args.model,
-        fingerprint=embedder.fingerprint,
-        dim=teacher.dim,
+        fingerprint=vectors_fingerprint(encoder),
+        dim=encoder.dim,
         dtype=args.dtype,
         normalized=args.normalize,
         input=str(args.input),
@@ -323,14 +312,14 @@ def embed_locked(args: Job, path: Path, output: Path, shard: tuple[int, int] | N
         stop=plan.stop,
         shard=list(shard) if shard else None,
         chunk_size=args.chunk_size,
-        prompt=teacher.prompt,
+        prompt=encoder.prompt,
         precision=precision,
-        backend=getattr(teacher, "backend", "torch"),
+        backend=encoder.backend,
         documents=args.documents,
     )
     state.wait_for_everyone()  # every process has checked the output before the first creates PATH.partial
     if state.is_main_process:
-        EmbeddingsWriter.prepare(output, plan.stop - plan.start, teacher.dim, args.dtype, settings, args.resume)
+        EmbeddingsWriter.prepare(output, plan.stop - plan.start, encoder.dim, args.dtype, settings, args.resume)
     state.wait_for_everyone()
     writer = EmbeddingsWriter(output, rank=state.process_index)
     done = writer.finished()
@@ -338,7 +327,7 @@ def embed_locked(args: Job, path: Path, output: Path, shard: tuple[int, int] | N
     own = {c for c in remaining if c % state.num_processes == state.process_index}
     todo = sum(plan.bounds(c)[1] - plan.bounds(c)[0] for c in own)
     where = f"lines {plan.start}-{plan.stop - 1} of {lines}" + (f", shard {shard[0]}/{shard[1]}" if shard else "")
-    logger.info("embedding %s with %s (%s, %s) into %s", where, teacher.describe(), precision, args.dtype, output)
+    logger.info("embedding %s with %s (%s, %s) into %s", where, encoder.describe(), precision, args.dtype, output)
     if done:
         logger.info("resumed: %d of %d chunks were done", len(done), plan.chunks)
     if not plan.chunks:
@@ -350,7 +339,7 @@ def embed_locked(args: Job, path: Path, output: Path, shard: tuple[int, int] | N
         for chunk, texts, cut in read_chunks(source, plan):
             if chunk not in own:
                 continue
-            vectors, truncated = embedder(texts, progress)
+            vectors, truncated = embed_lines(encoder, texts, args.documents, args.max_tokens, args.batch_size, progress)
             if args.normalize:
                 vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
             empty = sum(1 for text in texts if not text.strip())
@@ -372,8 +361,8 @@ def embed_locked(args: Job, path: Path, output: Path, shard: tuple[int, int] | N
         return None
     meta = dict(
         settings,
-        model_identity=teacher.identity,
-        prompt_name=teacher.prompt_name,
+        model_identity=encoder.identity,
+        prompt_name=encoder.prompt_name,
         count=plan.stop - plan.start,
         lines=plan.stop - plan.start,
         hf_tlaser_version=__version__,
@@ -382,12 +371,12 @@ def embed_locked(args: Job, path: Path, output: Path, shard: tuple[int, int] | N
     embedded = sum(plan.bounds(c)[1] - plan.bounds(c)[0] for c in remaining)  # by every process, this run
     if meta["truncated"]:
         logger.warning(
-            "%d lines were longer than the model's %d tokens and were truncated", meta["truncated"], embedder.limit
+            "%d lines were longer than the model's %d tokens and were truncated", meta["truncated"], encoder.max_length
         )
     return {
         "output": str(output),
         "rows": meta["count"],
-        "dim": teacher.dim,
+        "dim": encoder.dim,
         "truncated": meta["truncated"],
         "empty": meta["empty"],
         "cut": meta["cut"],

@@ -40,12 +40,12 @@ from hf_tlaser.bitext.mining import Mined, mine_vectors
 from hf_tlaser.bitext.select import DEFAULT_THRESHOLDS, RETRIEVALS, unique_rows
 from hf_tlaser.bitext.texts import Texts, read_texts, write_tsv
 from hf_tlaser.commands import run_command
+from hf_tlaser.encoders import vector_width
 from hf_tlaser.errors import UsageError
 from hf_tlaser.guards import OutputLock, check_space, check_writable, write_failed
 from hf_tlaser.hardware import PRECISIONS
 from hf_tlaser.inference import embed
 from hf_tlaser.inference.store import check_compatible, first_non_finite, read_embeddings
-from hf_tlaser.teachers.loading import vector_width
 
 logger = logging.getLogger(__name__)
 

@@ -35,38 +35,26 @@ import secrets
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 from tqdm.auto import tqdm
 
+from hf_tlaser.encoders.identity import cache_root
+from hf_tlaser.encoders.vectors import KEY_DTYPE, save_json, save_npy, text_keys
 from hf_tlaser.errors import UsageError
 
-from .vectors import KEY_DTYPE, save_json, save_npy, text_keys
-
 if TYPE_CHECKING:
-    from .loading import Teacher
+    from hf_tlaser.encoders import Encoder as Teacher
 
 logger = logging.getLogger(__name__)
 
-ENV_VAR = "HF_TLASER_TEACHER_CACHE"
 NO_CACHE = "none"
 """``cache_dir`` value that turns the cache off where a command offers one."""
 META_IDENTITY = ("fingerprint", "prompt", "dim")
 """``meta.json`` fields that must equal the teacher's: what determines its vectors."""
 STALE_SECONDS = 24 * 3600
 """Age after which a temporary file or uncommitted rows are another run's leftovers and may be removed."""
-
-
-def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
-    """The cache root: ``cache_dir``, else ``$HF_TLASER_TEACHER_CACHE``, else ``$XDG_CACHE_HOME/hf_tlaser/teachers``
-    (``~/.cache/hf_tlaser/teachers``)."""
-    if cache_dir is None:
-        cache_dir = os.environ.get(ENV_VAR)
-    if cache_dir is None:
-        return Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "hf_tlaser" / "teachers"
-    return Path(cache_dir).expanduser()
 
 
 def _slug(text: str) -> str:

@@ -22,12 +22,13 @@ from hf_tlaser.data.corpora import load_corpus, resolve_corpora
 from hf_tlaser.data.languages import parse_languages
 from hf_tlaser.data.sources import SPEC_HELP as CORPUS_SPEC_HELP
 from hf_tlaser.data.sources import Source
+from hf_tlaser.encoders import SPEC_HELP, write_vectors
 from hf_tlaser.errors import UsageError
 from hf_tlaser.hardware import PRECISIONS
+from hf_tlaser.model_folders import AUTO
 
 from .cache import NO_CACHE, TeacherCache
-from .loading import AUTO, SPEC_HELP, TRAIN_PROMPTS, Teacher, load_teacher
-from .vectors import write_vectors
+from .targets import TRAIN_PROMPTS, Teacher, load_teacher
 
 logger = logging.getLogger(__name__)
 

@@ -22,8 +22,9 @@ from torch.utils.data import Sampler
 from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
 from hf_tlaser.data import Pair, ParallelExamples
+from hf_tlaser.encoders import VectorsEncoder
 from hf_tlaser.errors import UsageError
-from hf_tlaser.teachers import NO_CACHE, Teacher, TeacherCache, VectorsTeacher, load_teacher
+from hf_tlaser.teachers import NO_CACHE, Teacher, TeacherCache, load_teacher
 from hf_tlaser.training.plan import DataPlan
 from hf_tlaser.training.presets import TEACHER_HEAD_MEMBERS
 from hf_tlaser.training.resolve import Built, Plugin, Resolved
@@ -101,7 +102,7 @@ def corpus_pivot_texts(dataset: ParallelExamples, languages: Sequence[str]) -> l
 
 def teacher_matrix(teacher: Teacher, cache_dir: str | None, texts: list[str]) -> tuple[np.ndarray, dict[str, int]]:
     """The teacher's vectors [N, dim] of the distinct ``texts``, and each text's row."""
-    if cache_dir == NO_CACHE or isinstance(teacher, VectorsTeacher):  # a vectors: file is a lookup already
+    if cache_dir == NO_CACHE or isinstance(teacher, VectorsEncoder):  # a vectors: file is a lookup already
         matrix = np.asarray(teacher.encode(texts), dtype=np.float32)
     else:
         logger.info(

@@ -23,8 +23,8 @@ import faiss
 import numpy as np
 
 from hf_tlaser.data import MultiwayBatchSampler, Pair, ParallelExamples
+from hf_tlaser.encoders import Encoder, load
 from hf_tlaser.errors import UsageError
-from hf_tlaser.teachers import Teacher, load_teacher
 from hf_tlaser.training.distill import pivot_of_group, pivot_of_pair, teacher_matrix
 from hf_tlaser.training.resolve import Built, Plugin, Resolved
 from hf_tlaser.training.spec import RunSpec
@@ -95,7 +95,7 @@ class HardNegatives(Plugin):
     """``--batch-composition cluster``: the clustering model loaded before any data is read; the sampler's clusters
     set once the data is read (module docstring)."""
 
-    def __init__(self, model: Teacher, spec: RunSpec) -> None:
+    def __init__(self, model: Encoder, spec: RunSpec) -> None:
         self.model, self.spec = model, spec
 
     @classmethod
@@ -121,7 +121,7 @@ class HardNegatives(Plugin):
                 "--batch-composition cluster needs a model that embeds the pivot sentences: --cluster-model SPEC "
                 "(default: the --init-from model)"
             )
-        return cls(load_teacher(source, argument="--cluster-model"), spec)
+        return cls(load(source, argument="--cluster-model"), spec)
 
     def attach(self, built: Built):
         sampler, plan = built.sampler, built.plan

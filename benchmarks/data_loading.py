@@ -54,7 +54,7 @@ from hf_tlaser.data import (
     resolve_corpora,
 )
 from hf_tlaser.data.lengths import token_counts
-from hf_tlaser.data.sources import stream_source
+from hf_tlaser.data.source_datasets import stream_source
 from hf_tlaser.data.streaming import StreamingPairBatches
 from hf_tlaser.tokenization import save_tokenizer
 

@@ -120,7 +120,7 @@ def quality(
     """(NTREX-128 mean xsim error %, SIB-200 cross accuracy %) of ``folder`` on ``backend`` (key ""), and of each of
     the ``others`` (sentence-transformers models, evaluated beside it as reference rows; key: the spec)."""
     from hf_tlaser.evaluation.cli import evaluate_model
-    from hf_tlaser.hub.model_card import classification_summaries, retrieval_averages
+    from hf_tlaser.hub.card_results import classification_summaries, retrieval_averages
 
     results = evaluate_model(
         folder,

@@ -72,7 +72,7 @@ MODULES: dict[str, dict[str, list[str]]] = {
             "x_ldt_loss",
         ],
     },
-    "warm": {"hf_tlaser/training/warm.py": ["*"]},
+    "warm": {"hf_tlaser/training/warm.py": ["*"], "hf_tlaser/training/student.py": ["*"]},
     "distill": {"hf_tlaser/training/distill.py": ["*"]},
     "cache": {"hf_tlaser/teachers/cache.py": ["*"]},
     "encoders": {
@@ -116,8 +116,6 @@ MODULES: dict[str, dict[str, list[str]]] = {
         "hf_tlaser/backend/export.py": [
             "x_check_folder",
             "x_load_for_export",
-            "x_sample_batch",
-            "x_quantize_onnx",
             "x_read_calibration",
             "x_agreement",
             "x_weight_count",
@@ -129,6 +127,8 @@ MODULES: dict[str, dict[str, list[str]]] = {
             "x_copy_whole",
             "x_stage_files",
         ],
+        # the sample batch and the ONNX quantiser's choice of weight type
+        "hf_tlaser/backend/convert.py": ["x_sample_batch", "x_quantize_onnx"],
         # lines cut in bounded reads, the \r-only refusal, the input scanned and hashed once, the chunk plan
         "hf_tlaser/inference/lines.py": ["*"],
         # writability, free space, write errors, the output lock
@@ -161,7 +161,7 @@ MODULES: dict[str, dict[str, list[str]]] = {
     # the embeddings file: sidecar, shards joined, resumable writer, allocation
     "store": {"hf_tlaser/inference/store.py": ["*"]},
     # the exported backends, their files' freshness, the CPU class, backends.json and backend="auto"
-    "backends": {"hf_tlaser/backend/runtime.py": ["*"]},
+    "backends": {"hf_tlaser/backend/runtime.py": ["*"], "hf_tlaser/backend/measured.py": ["*"]},
 }
 CORE_TESTS = [
     "tests/test_losses.py",
@@ -250,6 +250,11 @@ QUICK_TESTS = {
         "tests/test_ldt_model.py",
     ],
     "hf_tlaser/training/trainer.py": ["tests/test_mutants_core.py", "tests/test_distill.py"],
+    "hf_tlaser/training/student.py": [
+        "tests/test_mutants_core.py",
+        "tests/test_student.py",
+        "tests/test_warm_start.py",
+    ],
     "hf_tlaser/training/warm.py": [
         "tests/test_mutants_core.py",
         "tests/test_warm_start.py",
@@ -306,7 +311,10 @@ QUICK_TESTS = {
         "tests/test_reliability.py",
         "tests/test_eval_retrieval.py",
     ],
-    "hf_tlaser/backend/export.py": ["tests/test_export.py", "tests/test_reliability.py", "tests/test_backends.py"],
+    **dict.fromkeys(
+        ["hf_tlaser/backend/export.py", "hf_tlaser/backend/convert.py"],
+        ["tests/test_export.py", "tests/test_reliability.py", "tests/test_backends.py"],
+    ),
     "hf_tlaser/inference/lines.py": ["tests/test_reliability.py", "tests/test_embed.py", "tests/test_mine.py"],
     "hf_tlaser/guards.py": [
         "tests/test_mutants_inference.py",
@@ -321,6 +329,13 @@ QUICK_TESTS = {
         "tests/test_mine.py",
     ],
     "hf_tlaser/backend/runtime.py": [
+        "tests/test_mutants_inference.py",
+        "tests/test_backends.py",
+        "tests/test_export.py",
+        "tests/test_reliability.py",
+        "tests/test_teacher_fingerprint.py",
+    ],
+    "hf_tlaser/backend/measured.py": [
         "tests/test_mutants_inference.py",
         "tests/test_backends.py",
         "tests/test_export.py",

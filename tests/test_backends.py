@@ -16,6 +16,7 @@ import pytest
 import hf_tlaser
 from hf_tlaser.backend import runtime as backends
 from hf_tlaser.backend.export import export_model
+from hf_tlaser.backend.measured import MEASURED_FILE
 from hf_tlaser.cli import main as hf_tlaser_main
 from hf_tlaser.errors import UsageError
 from hf_tlaser.inference import read_embeddings
@@ -48,7 +49,7 @@ def reference(exported) -> np.ndarray:
 
 def record(folder: Path, **by_backend: dict) -> None:
     """A ``backends.json`` for this CPU class."""
-    (folder / backends.MEASURED_FILE).write_text(json.dumps({backends.cpu_class(): by_backend}))
+    (folder / MEASURED_FILE).write_text(json.dumps({backends.cpu_class(): by_backend}))
 
 
 def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -91,7 +92,7 @@ def test_auto_takes_only_a_backend_measured_here_without_quality_loss(exported, 
     assert backends.choose_backend(folder) == "torch"
     record(folder, **{"openvino": fast})  # no openvino files in the folder
     assert backends.choose_backend(folder) == "torch"
-    (folder / backends.MEASURED_FILE).write_text(json.dumps({"some-other-cpu": {"onnx-int8": fast}}))
+    (folder / MEASURED_FILE).write_text(json.dumps({"some-other-cpu": {"onnx-int8": fast}}))
     assert backends.choose_backend(folder) == "torch"
 
 
@@ -112,7 +113,7 @@ def test_embed_runs_a_backend_and_records_it(exported, reference, tmp_path):
         assert hf_tlaser_main(fp32) == 0
         assert read_embeddings(tmp_path / "fp32.npy")[1]["backend"] == "torch"
     finally:
-        (exported / backends.MEASURED_FILE).unlink()
+        (exported / MEASURED_FILE).unlink()
 
 
 VNNI_AMX = {"avx2", "avx512f", "avx512_vnni", "amx_bf16"}
@@ -291,5 +292,9 @@ def test_the_old_module_reads_through_with_a_deprecation_warning():
 
     with pytest.warns(DeprecationWarning, match=r"hf_tlaser\.backends\.cpu_class is deprecated"):
         assert old.cpu_class is runtime.cpu_class
+    with pytest.warns(DeprecationWarning, match=r"hf_tlaser\.backends\.read_measured is deprecated"):
+        assert old.read_measured is runtime.read_measured  # moved to backend.measured, still read through
+    with pytest.warns(DeprecationWarning, match=r"hf_tlaser\.backends\.MEASURED_FILE is deprecated"):
+        assert old.MEASURED_FILE == MEASURED_FILE
     with pytest.warns(DeprecationWarning), pytest.raises(AttributeError):
         getattr(old, "no_such_name")  # noqa: B009 - the attribute read is the test

@@ -17,7 +17,7 @@ from hf_tlaser.data import (
     resolve_corpora,
     sentence_lengths,
 )
-from hf_tlaser.data.sources import stream_source
+from hf_tlaser.data.source_datasets import stream_source
 from hf_tlaser.data.streaming import StreamingPairBatches, stream_sentences
 
 MAX_TOKENS, MAX_LINES = 600, 120

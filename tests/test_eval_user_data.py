@@ -18,7 +18,7 @@ from hf_tlaser.data.corpora import NTREX_LANGUAGES
 from hf_tlaser.errors import UsageError
 from hf_tlaser.evaluation import ClassifierConfig, evaluate_classification, evaluate_retrieval, read_ntrex128
 from hf_tlaser.evaluation.cli import main
-from hf_tlaser.evaluation.readers import read_classification_spec
+from hf_tlaser.evaluation.user_sets import read_classification_spec
 
 SIZES = {"train": 60, "dev": 20, "test": 40}
 

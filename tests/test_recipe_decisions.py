@@ -11,7 +11,7 @@ from transformers import TrainingArguments
 
 from hf_tlaser.data import PairBatchSampler, resolve_corpora
 from hf_tlaser.data.batching import PACKINGS
-from hf_tlaser.data.sources import stream_source
+from hf_tlaser.data.source_datasets import stream_source
 from hf_tlaser.data.streaming import StreamingPairBatches
 from hf_tlaser.errors import UsageError
 from hf_tlaser.models.cnv import CNVConfig, cnv_distance_loss

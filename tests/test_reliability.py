@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 from safetensors.torch import load_file, save_file
 
+from hf_tlaser.backend.measured import MEASURED_FILE
 from hf_tlaser.cli import main as hf_tlaser_main
 from hf_tlaser.inference.store import first_non_finite
 from tests.test_mine import mine_args, write_embeddings
@@ -160,7 +161,7 @@ def test_an_export_of_other_weights_is_refused_and_never_chosen(warm_dir, tmp_pa
     save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
     with pytest.raises(UsageError, match="exported from other weights than .*--backend onnx --overwrite"):
         hf_tlaser.load_model(folder, backend="onnx")
-    (folder / backends.MEASURED_FILE).write_text(
+    (folder / MEASURED_FILE).write_text(
         json.dumps({backends.cpu_class(): {"onnx": {"speedup": 3.0, "ntrex_delta": 0.0, "sib200_delta": 0.0}}})
     )
     assert backends.choose_backend(folder) == "torch"
@@ -390,10 +391,10 @@ def test_a_malformed_backends_json_is_ignored_with_a_warning(tlaser_folder, tmp_
     from hf_tlaser.backend import runtime as backends
 
     folder = Path(shutil.copytree(tlaser_folder, tmp_path / "model"))
-    (folder / backends.MEASURED_FILE).write_text(content.replace("CLASS", backends.cpu_class()), encoding="utf-8")
+    (folder / MEASURED_FILE).write_text(content.replace("CLASS", backends.cpu_class()), encoding="utf-8")
     with caplog.at_level("WARNING", logger="hf_tlaser.backend.runtime"):
         assert backends.choose_backend(folder) == "torch"
-    assert f"{folder / backends.MEASURED_FILE} is" in caplog.text and "ignored" in caplog.text
+    assert f"{folder / MEASURED_FILE} is" in caplog.text and "ignored" in caplog.text
 
 
 @pytest.mark.parametrize(

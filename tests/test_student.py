@@ -17,7 +17,8 @@ from transformers import AutoModel, AutoTokenizer
 from hf_tlaser.errors import UsageError
 from hf_tlaser.models.tlaser import TLaserConfig, TLaserModel
 from hf_tlaser.training.cli import main
-from hf_tlaser.training.warm import check_backbone, keep_layers, student_layers
+from hf_tlaser.training.student import keep_layers, student_layers
+from hf_tlaser.training.warm import check_backbone
 from tests.fresh_process import auto_model_vectors
 from tests.test_warm_start import TEXTS, train_args
 

@@ -13,16 +13,14 @@ import unicodedata
 import numpy as np
 import pytest
 
-from hf_tlaser.data.corpora import (
-    REGISTRY,
+from hf_tlaser.data.corpora import REGISTRY, load_corpus, resolve_corpora
+from hf_tlaser.data.xed import (
     XED_DEV_FILMS,
     XED_DEV_LANGUAGES,
     XED_DEV_TARGET,
     XED_MORE_LANGUAGES,
     XED_SUBTITLES_MORE_LANGUAGES,
     film_hash,
-    load_corpus,
-    resolve_corpora,
     select_xed_dev_films,
     xed_film_rows,
     xed_more_languages,

@@ -29,7 +29,6 @@ import hashlib
 import importlib
 import json
 import logging
-import math
 import os
 import platform
 from collections.abc import Sequence
@@ -38,6 +37,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from hf_tlaser.backend.measured import accepted, read_measured
 from hf_tlaser.errors import UsageError
 from hf_tlaser.hardware import cpu_bf16_native, cpu_capability
 from hf_tlaser.models.common.encode import encode_texts
@@ -77,13 +77,8 @@ ONNX_CPU_TARGETS = {
     "arm64": ("qint8", None),
 }
 """ONNX int8 target -> (weight type in the file name, /proc/cpuinfo flag the target needs; None: an ARM CPU)."""
-MEASURED_FILE = "backends.json"
 EXPORT_RECORD = "hf_tlaser_export.json"
 """Beside each backend's files (``onnx/``, ``openvino/``): ``{file: digest of the weights it was exported from}``."""
-MAX_NTREX_LOSS = 0.2
-"""Largest rise of the NTREX xsim error (points, 90 directions) at which ``choose_backend`` accepts a backend."""
-MAX_SIB200_LOSS = 1.0
-"""Largest fall of SIB-200 cross accuracy (points) at which ``choose_backend`` accepts a backend."""
 
 
 def require(modules: Sequence[str], extra: str) -> None:
@@ -377,55 +372,6 @@ def openvino_runner(path: Path, precision: str = "fp32", threads: int = 1):
         return states
 
     return run
-
-
-MEASURED_FIELDS = ("speedup", "ntrex_delta", "sib200_delta")
-"""The numbers a ``backends.json`` record may hold (each optional)."""
-
-
-def measured_problem(data) -> str | None:
-    """What is wrong with the contents of a ``backends.json`` (``{cpu_class: {backend: {field: number}}}``, fields
-    of ``MEASURED_FIELDS``); None when nothing is."""
-    if not isinstance(data, dict):
-        return f"a JSON {type(data).__name__}, not an object"
-    for cls, records in data.items():
-        if not isinstance(records, dict):
-            return f"{cls!r} holds a {type(records).__name__}, not an object of backends"
-        for backend, record in records.items():
-            if not isinstance(record, dict):
-                return f"{cls!r} / {backend!r} holds a {type(record).__name__}, not an object"
-            for field in MEASURED_FIELDS:
-                value = record.get(field, 0.0)
-                if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                    return f"{cls!r} / {backend!r} / {field!r} is {value!r}, not a number"
-    return None
-
-
-def read_measured(folder: str | os.PathLike) -> dict:
-    """The folder's ``backends.json`` (``{cpu_class: {backend: record}}``); {} without one, and {} with a warning
-    naming the file and its fault when it is not JSON or not of that shape (``backend="auto"`` then takes torch)."""
-    path = Path(folder) / MEASURED_FILE
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError) as err:
-        logger.warning("%s is unreadable (%s); ignored: backend auto takes torch", path, err)
-        return {}
-    problem = measured_problem(data)
-    if problem:
-        logger.warning("%s is malformed (%s); ignored: backend auto takes torch", path, problem)
-        return {}
-    return data
-
-
-def accepted(record: dict) -> bool:
-    """Whether a measured backend kept the quality: NTREX within ``MAX_NTREX_LOSS`` points and SIB-200 cross within
-    ``MAX_SIB200_LOSS`` of torch fp32."""
-    try:
-        return record["ntrex_delta"] <= MAX_NTREX_LOSS and record["sib200_delta"] >= -MAX_SIB200_LOSS
-    except (KeyError, TypeError):
-        return False
 
 
 def available(folder: Path, backend: str) -> bool:

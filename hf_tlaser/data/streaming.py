@@ -178,7 +178,8 @@ class StreamingPairBatches(torch.utils.data.IterableDataset):
     """Pair-mode micro-batches from streamed sources (see the module docstring); yields lists of items for
     ``TranslationCollator``.
 
-    ``sources``: ``(IterableDataset in the group schema, its languages)`` (``hf_tlaser.data.sources.stream_source``).
+    ``sources``: ``(IterableDataset in the group schema, its languages)``
+    (``hf_tlaser.data.source_datasets.stream_source``).
     ``cleaning`` and ``tokenizer`` clean each group as ``clean_groups`` does; ``max_tokens``, ``max_sentences`` and
     ``composition`` pack the micro-batches as ``PairBatchSampler``; ``buffer_size`` groups per pair are read,
     cleaned and packed at once.

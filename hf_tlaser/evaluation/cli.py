@@ -27,7 +27,7 @@ from hf_tlaser.encoding import DOCUMENT_WORDS, model_languages
 from hf_tlaser.evaluation.classifier import CLASSIFIERS, ClassifierConfig
 from hf_tlaser.evaluation.lexical import NAME as LEXICAL_NAME
 from hf_tlaser.evaluation.provenance import describe_model
-from hf_tlaser.evaluation.readers import LANGS, LANGUAGE_LISTS, is_spec
+from hf_tlaser.evaluation.readers import LANGS, LANGUAGE_LISTS
 from hf_tlaser.evaluation.report import MANY_LANGUAGES, about_table, english_summary, english_table, summary_table
 from hf_tlaser.evaluation.suite import (
     DIRECTIONS,
@@ -41,6 +41,7 @@ from hf_tlaser.evaluation.suite import (
     retrieval_sets_for,
     run_suite,
 )
+from hf_tlaser.evaluation.user_sets import is_spec
 from hf_tlaser.hardware import PRECISIONS, default_device, resolve_precision
 from hf_tlaser.model_folders import check_model_folder, load_encoder
 from hf_tlaser.teachers import AUTO, EVAL_PROMPTS, NO_CACHE, TeacherCache, load_teacher

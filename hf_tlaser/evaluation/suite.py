@@ -25,7 +25,7 @@ from .embedding import Embed, embed_texts
 from .lexical import NAME as LEXICAL_NAME
 from .lexical import tfidf_char_embed
 from .plots import plot_embeddings, plot_heatmap, plot_result_rows, plot_training_curves, plot_transfer_matrix
-from .readers import CLASSIFICATION_SETS, LANGS, RETRIEVAL_SETS, is_spec
+from .readers import CLASSIFICATION_SETS, LANGS, RETRIEVAL_SETS
 from .report import (
     CROSS_PREFIX,
     about_table,
@@ -59,6 +59,7 @@ from .suite_retrieval import (
     same_space,
     score_retrieval,
 )
+from .user_sets import is_spec
 
 __all__ = [
     "CLASSIFICATION_SETS",

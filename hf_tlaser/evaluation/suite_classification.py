@@ -13,16 +13,8 @@ from hf_tlaser.errors import UsageError
 
 from .classifier import ClassifierConfig, Split, TransferResult, zero_shot_transfer
 from .embedding import Embed, embed_texts, split_rows
-from .readers import (
-    CLASSIFICATION_LANGS,
-    CLASSIFICATION_SETS,
-    LANGS,
-    ClassificationData,
-    corpus_folder,
-    is_spec,
-    read_classification_spec,
-    read_mldoc,
-)
+from .readers import CLASSIFICATION_LANGS, CLASSIFICATION_SETS, LANGS, ClassificationData, corpus_folder, read_mldoc
+from .user_sets import is_spec, read_classification_spec
 
 DOCUMENT_SETS = ("mldoc",)
 """Classification sets whose texts are documents (embedded with the embedder's ``embed_documents``)."""

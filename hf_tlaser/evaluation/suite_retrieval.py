@@ -17,18 +17,10 @@ from hf_tlaser.errors import UsageError
 
 from .embedding import Embed, embed_texts, split_rows
 from .mining import candidates_f1
-from .readers import (
-    LANGS,
-    OPEN_SETS,
-    PIVOT_SETS,
-    RETRIEVAL_SETS,
-    PivotPairs,
-    is_spec,
-    read_retrieval_spec,
-    set_languages,
-)
+from .readers import LANGS, OPEN_SETS, PIVOT_SETS, RETRIEVAL_SETS, PivotPairs, set_languages
 from .report import english_cells, markdown_table
 from .retrieval import AlignedSearch
+from .user_sets import is_spec, read_retrieval_spec
 
 logger = logging.getLogger(__name__)
 

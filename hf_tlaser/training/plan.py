@@ -27,7 +27,7 @@ from hf_tlaser.data import (
     resolve_corpora,
     sentence_lengths,
 )
-from hf_tlaser.data.sources import stream_source
+from hf_tlaser.data.source_datasets import stream_source
 from hf_tlaser.data.streaming import StreamingPairBatches, stream_sentences
 from hf_tlaser.errors import UsageError
 from hf_tlaser.tokenization import LanguageSample, language_token_report, train_tokenizer

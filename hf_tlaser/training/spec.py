@@ -237,7 +237,7 @@ class RunSpec:
         help="--init-from: keep N of the pretrained encoder's layers, spread evenly (6 of 12: every other one, as "
         "DistilBERT starts its student), or the listed ones (0-based, ascending) (default: all)",
     )
-    """A layer-reduced student of the ``--init-from`` model (``warm.student_layers``)."""
+    """A layer-reduced student of the ``--init-from`` model (``student.student_layers``)."""
     freeze_word_embeddings: bool = flag(
         False,
         families=BACKBONE_MEMBERS,
@@ -252,7 +252,7 @@ class RunSpec:
         help="--init-from: the encoder's embeddings and its first N layers get no gradient and no optimizer state for "
         "the whole run, so the backward pass stops above them (a cheaper update; default: every layer trains)",
     )
-    """``--freeze-layers N``: train only the top layers of the pretrained encoder (``warm.freeze_bottom``)."""
+    """``--freeze-layers N``: train only the top layers of the pretrained encoder (``student.freeze_bottom``)."""
     pooling: str | None = flag(
         None,
         families=BACKBONE_MEMBERS,

@@ -198,7 +198,15 @@ INFERENCE_TESTS = [
 # module -> the test files of mutmut's run (its stats pass maps each test to the functions it calls); a run of some
 # --modules takes the union of theirs, in this order
 TEST_FILES: dict[str, list[str]] = {
-    **dict.fromkeys(("losses", "warm", "distill", "cache", "encoders"), CORE_TESTS),
+    **dict.fromkeys(("losses", "warm", "distill", "cache"), CORE_TESTS),
+    # the encoders: the teachers' tests, and the evaluation's use of them (the model under test, cNV per language)
+    "encoders": [
+        *CORE_TESTS,
+        "tests/test_encoders.py",
+        "tests/test_eval_cli.py",
+        "tests/test_cnv_evaluation.py",
+        "tests/test_backends.py",
+    ],
     **dict.fromkeys(("inference", "store", "backends"), INFERENCE_TESTS),
     "bitext": [
         "tests/test_mine.py",

@@ -68,6 +68,17 @@ def test_encode_on_each_backend_gives_the_torch_vectors(exported, reference):
     np.testing.assert_allclose(single, reference[0] / np.linalg.norm(reference[0]), atol=FP32_TOL)
 
 
+def test_an_exported_encoder_has_a_fingerprint_of_its_own(exported, reference):
+    """The files another backend runs are part of what the vectors are (int8 ones differ), so the teacher cache and
+    the embeddings' sidecars must not take them for the torch model's."""
+    from hf_tlaser.encoders import load
+
+    by_backend = {name: load(str(exported), backend=name) for name in ("torch", "onnx", "onnx-int8")}
+    assert len({encoder.fingerprint for encoder in by_backend.values()}) == 3
+    assert by_backend["torch"].backend == "torch" and by_backend["onnx"].backend == "onnx (onnx/model.onnx)"
+    assert np.abs(by_backend["onnx"].encode(TEXTS) - reference).max() < FP32_TOL
+
+
 def test_a_torch_model_finds_its_folder_for_a_backend(exported, reference):
     model, tokenizer = load_encoder(exported)
     vectors = hf_tlaser.encode(model, tokenizer, TEXTS, backend="onnx")

@@ -33,6 +33,7 @@ def test_every_spec_is_an_encoder_with_its_fingerprint(tlaser_folder, st_folder,
     vectors = load(f"vectors:{tmp_path / 'v.npy'}")
     assert isinstance(vectors, VectorsEncoder) and vectors.tokenizer is None and vectors.max_length is None
     assert vectors.fingerprint == st.fingerprint  # the vectors name the model that computed them
+    assert f"of sentence-transformers model {st.identity}" in vectors.describe()  # and describe it
     np.testing.assert_array_equal(vectors.encode(texts[::-1]), st.encode(texts)[::-1])
     with pytest.raises(UsageError, match=r"^--model '.*nothing': no such folder"):
         load(str(tmp_path / "nothing"))
@@ -51,6 +52,13 @@ def test_an_hf_tlaser_encoder_gives_what_hf_tlaser_encode_gives(tlaser_folder, t
     np.testing.assert_array_equal(in_memory.embed_documents(long), whole)
     with pytest.raises(ValueError, match="leave lang out"):
         in_memory(texts[:2], langs=["de", "de"])
+
+
+def test_a_hub_id_is_named_by_its_id_and_a_local_folder_by_its_name(tmp_path):
+    folder = tmp_path / "snapshots" / "0123abcd"
+    folder.mkdir(parents=True)
+    assert encoders.identity.display_name("org/model", folder) == "org/model"  # a Hub id, found in the cache
+    assert encoders.identity.display_name(str(folder), folder) == "0123abcd"
 
 
 def test_the_document_policy_counts_what_it_truncates():

@@ -35,6 +35,13 @@
 #   levers  after release: the release curve's levers at 500 updates, side by side: twice the batch at equal tokens
 #           (--update-tokens 2000, 250 updates), self-distillation toward the start (--teacher, weights 100 and
 #           1000), each evaluated as the recipe's own checkpoint 500 is (dev sets, SIB-200 seed 0)
+#   negatives  issue 53's question on a GPU, from the start at 200 updates, side by side: the recipe (1,000 tokens,
+#           ~35 pairs a micro-batch), one micro-batch of 32,000 tokens per update (~1,100 pairs, each the others'
+#           negatives), the same pairs per update in micro-batches of 4,000 (~140 negatives), and 8,000 tokens;
+#           and, at the release recipe's 2,000 updates of 1,000 tokens, the recipe and 62 updates of 32,000 tokens;
+#           each evaluated as the levers are. Needs the release stage's data (--prepare-release), not its run
+#           Seen on an H200 (2026-11-28, --deadline-minutes 8.8): 424 s; six runs on one GPU, so three stopped
+#           at the safety stop (docs/results.md, "Many in-batch negatives")
 #   all     setup,bench,dist,train,finish in one command (train then waits until the run is done): --size tiny
 #
 # Time plan of one 30-minute lease (full): three back-to-back device calls of at most 10 minutes each. A machine
@@ -138,6 +145,7 @@ if [ "$SIZE" = full ]; then
     RELEASE_TRAIN=()
     LEVER_UPDATES=500
     LEVER_EVAL=(--seeds 0)
+    NEG_UPDATES=200 NEG_LONG=2000 NEG_BIG=32000 NEG_ACC=4000 NEG_MID=8000 NEG_RESERVE=360 # s: data ~150, evaluation ~180
     DEADLINE_MIN=${DEADLINE_MIN:-9.5}
 else
     DEVICE=cpu
@@ -160,6 +168,7 @@ else
     RELEASE_TRAIN=(--save-steps 2)
     LEVER_UPDATES=2
     LEVER_EVAL=(--seeds 0 --epochs 5)
+    NEG_UPDATES=2 NEG_LONG=4 NEG_BIG=2000 NEG_ACC=500 NEG_MID=1000 NEG_RESERVE=600
     DEADLINE_MIN=${DEADLINE_MIN:-30}
 fi
 START=$(date +%s)
@@ -498,16 +507,38 @@ lever_eval() { # lever_eval NAME FOLDER: the release recipe's retrieval sets, Mu
     say "lever $1: exit $? ($(tail -c 160 "$LOGS/lever-$1.log" | tr '\r\n' '  '))"
 }
 
-stage_levers() { # the release curve's levers at LEVER_UPDATES against the recipe's own checkpoint there, side by side
+release_facts() { # the release recipe's corpora and retrieval sets, read once from scripts/release.py for every lever
     mkdir -p "$WORK/levers"
-    # the release recipe's corpora and retrieval sets, read once from scripts/release.py for every lever
     RELEASE_CORPORA=$("$PY" -c 'import runpy; print(runpy.run_path("scripts/release.py")["CORPORA"])')
     RELEASE_SETS=$("$PY" -c 'import runpy; print(*runpy.run_path("scripts/release.py")["RETRIEVAL_SETS"])')
+}
+
+stage_levers() { # the release curve's levers at LEVER_UPDATES against the recipe's own checkpoint there, side by side
+    release_facts
     local start=$HF_TLASER_DATA/multilingual-e5-small plain=$WORK/release/checkpoint-$LEVER_UPDATES
     if [ -d "$plain" ]; then lever_eval plain "$plain" & else say "levers: no $plain (run the release stage first)"; fi
     lever batch2x $((LEVER_UPDATES / 2)) --update-tokens 2000 &   # equal tokens: twice the batch, half the updates
     lever distill100 "$LEVER_UPDATES" --teacher "$start" --distill-weight 100 &
     lever distill1000 "$LEVER_UPDATES" --teacher "$start" --distill-weight 1000 &
+    wait
+}
+
+stage_negatives() { # issue 53: in-batch negatives at NEG_UPDATES, side by side from the start, nothing else changed
+    # big: one micro-batch of NEG_BIG padded tokens per update (~NEG_BIG/29 pairs, each the others' negatives);
+    # acc: the same pairs per update as big, in micro-batches of NEG_ACC tokens (NEG_BIG/NEG_ACC x fewer negatives);
+    # mid: one micro-batch of NEG_MID tokens; plain: the recipe's 1,000 tokens (~35 pairs)
+    # a run still training when only the data's and the evaluation's minutes are left stops and saves (the safety stop)
+    local stop
+    stop=$(awk -v s="$(left)" -v r="$NEG_RESERVE" 'BEGIN { m = (s - r) / 60; printf "%.1f", m < 0.5 ? 0.5 : m }')
+    release_facts
+    say "negatives: $NEG_UPDATES updates each, training stopped after $stop min at the latest"
+    lever plain "$NEG_UPDATES" --max-minutes "$stop" &
+    lever big "$NEG_UPDATES" --max-minutes "$stop" --max-tokens "$NEG_BIG" --update-tokens "$NEG_BIG" &
+    lever acc "$NEG_UPDATES" --max-minutes "$stop" --max-tokens "$NEG_ACC" --update-tokens "$NEG_BIG" &
+    lever mid "$NEG_UPDATES" --max-minutes "$stop" --max-tokens "$NEG_MID" --update-tokens "$NEG_MID" &
+    # at the release recipe's tokens (NEG_LONG updates of 1,000): the recipe itself, and the big batch's updates
+    lever plain-long "$NEG_LONG" --max-minutes "$stop" &
+    lever big-long $((NEG_LONG * 1000 / NEG_BIG)) --max-minutes "$stop" --max-tokens "$NEG_BIG" --update-tokens "$NEG_BIG" &
     wait
 }
 
@@ -518,7 +549,7 @@ IFS=, read -r -a stage_list <<<"$STAGES"
 for stage in "${stage_list[@]}"; do
     case "$stage" in
     setup) ;;
-    bench | dist | train | finish | release | levers)
+    bench | dist | train | finish | release | levers | negatives)
         if [ "$(left)" -le 30 ]; then
             say "no time left in this call for stage $stage"
             continue
@@ -526,7 +557,7 @@ for stage in "${stage_list[@]}"; do
         say "=== stage $stage"
         "stage_$stage"
         publish ;;
-    *) say "unknown stage $stage (setup, bench, dist, train, finish, all)" ;;
+    *) say "unknown stage $stage (setup, bench, dist, train, finish, release, levers, negatives, all)" ;;
     esac
 done
 publish

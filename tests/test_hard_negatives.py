@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -147,3 +149,10 @@ def test_cnv_refuses_the_cluster_composition(tmp_path, capsys):
     args = ["--model", "cnv", "--output-dir", str(tmp_path / "run"), "--batch-composition", "cluster"]
     assert main(args) == 2
     assert "--batch-composition cluster is an option of --model" in capsys.readouterr().err  # before any file
+
+
+def test_a_plain_run_imports_the_training_path_without_faiss():
+    """faiss is the cluster composition's own need: the GPU machine's image lacks it, and a plain run must still start
+    there (a module-level import stopped all six runs of one GPU call, 2026-11-28)."""
+    code = "import sys; sys.modules['faiss'] = None; import hf_tlaser.training.cli, hf_tlaser.training.hard_negatives"
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 import time
 
-import faiss
 import numpy as np
 
 from hf_tlaser.data import MultiwayBatchSampler, Pair, ParallelExamples
@@ -70,6 +69,8 @@ def cluster_rows(vectors: np.ndarray, size: int, seed: int) -> np.ndarray:
     if k < 2:
         return np.zeros(len(vectors), dtype=np.int64)
     unit = np.ascontiguousarray(vectors, dtype=np.float32)
+    import faiss  # the cluster composition's own need: a plain run trains where faiss is not installed
+
     faiss.normalize_L2(unit)
     kmeans = faiss.Kmeans(
         unit.shape[1], k, niter=KMEANS_ITERATIONS, nredo=KMEANS_STARTS, seed=seed, spherical=True,

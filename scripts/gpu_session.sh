@@ -36,8 +36,8 @@
 #           (--update-tokens 2000, 250 updates), self-distillation toward the start (--teacher, weights 100 and
 #           1000), each evaluated as the recipe's own checkpoint 500 is (dev sets, SIB-200 seed 0)
 #   negatives  issue 53's question on a GPU, from the start at 200 updates, side by side: the recipe (1,000 tokens,
-#           ~35 pairs a micro-batch), one micro-batch of 32,000 tokens per update (~1,100 pairs, each the others'
-#           negatives), the same pairs per update in micro-batches of 4,000 (~140 negatives), and 8,000 tokens;
+#           ~35 pairs a micro-batch), one micro-batch of 32,000 tokens per update (~870 pairs, each the others'
+#           negatives), the same pairs per update in micro-batches of 4,000 (~130 negatives), and 8,000 tokens;
 #           and, at the release recipe's 2,000 updates of 1,000 tokens, the recipe and 62 updates of 32,000 tokens;
 #           each evaluated as the levers are. Needs the release stage's data (--prepare-release), not its run
 #           Seen on an H200 (2026-11-28, --deadline-minutes 8.8): 424 s; six runs on one GPU, so three stopped
@@ -145,7 +145,7 @@ if [ "$SIZE" = full ]; then
     RELEASE_TRAIN=()
     LEVER_UPDATES=500
     LEVER_EVAL=(--seeds 0)
-    NEG_UPDATES=200 NEG_LONG=2000 NEG_BIG=32000 NEG_ACC=4000 NEG_MID=8000 NEG_RESERVE=360 # s: data ~150, evaluation ~180
+    NEG_UPDATES=200 NEG_LONG=2000 NEG_BIG=32000 NEG_ACC=4000 NEG_MID=8000 NEG_RESERVE=360 # s: data ~170, evaluation ~180
     DEADLINE_MIN=${DEADLINE_MIN:-9.5}
 else
     DEVICE=cpu
@@ -524,7 +524,7 @@ stage_levers() { # the release curve's levers at LEVER_UPDATES against the recip
 }
 
 stage_negatives() { # issue 53: in-batch negatives at NEG_UPDATES, side by side from the start, nothing else changed
-    # big: one micro-batch of NEG_BIG padded tokens per update (~NEG_BIG/29 pairs, each the others' negatives);
+    # big: one micro-batch of NEG_BIG padded tokens per update (~NEG_BIG/37 pairs, each the others' negatives);
     # acc: the same pairs per update as big, in micro-batches of NEG_ACC tokens (NEG_BIG/NEG_ACC x fewer negatives);
     # mid: one micro-batch of NEG_MID tokens; plain: the recipe's 1,000 tokens (~35 pairs)
     # a run still training when only the data's and the evaluation's minutes are left stops and saves (the safety stop)

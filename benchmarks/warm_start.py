@@ -28,8 +28,9 @@ import torch
 
 from hf_tlaser.data import DEFAULT_TRAIN_CORPORA, TranslationCollator, corpus_sentences, load_corpora
 from hf_tlaser.hardware import configure_threads, resolve_precision
+from hf_tlaser.training.joint import target_vocabulary
 from hf_tlaser.training.presets import get_preset
-from hf_tlaser.training.warm import backbone_overrides, check_backbone, target_vocabulary
+from hf_tlaser.training.warm import backbone_overrides, check_backbone
 
 OPTIONS = {
     "full": {},

@@ -12,7 +12,7 @@ import pytest
 
 from hf_tlaser.training.cli import main
 from hf_tlaser.training.presets import MODELS, WARM_RECIPE, get_preset
-from hf_tlaser.training.resolve import resolve
+from hf_tlaser.training.resolve import decide
 from hf_tlaser.training.spec import RunSpec
 
 JOINT = ("tlaser", "ctlaser", "laser1", "laser6", "claser6", "yu2018", "ldt")
@@ -148,6 +148,6 @@ def test_config_file_values_are_checked_too(tmp_path, capsys):
 
 def test_the_warm_recipe_only_where_init_from_is_taken():
     cnv = get_preset("cnv", "tiny")
-    resolved = resolve(RunSpec(output_dir="x", model="cnv", init_from="e5"))
+    resolved = decide(RunSpec(output_dir="x", model="cnv", init_from="e5"))
     assert resolved.recipe == cnv.recipe and (resolved.freeze_encoder_steps, resolved.encoder_lr) == (0, None)
-    assert resolve(RunSpec(output_dir="x", init_from="e5")).recipe.max_tokens == WARM_RECIPE["max_tokens"]
+    assert decide(RunSpec(output_dir="x", init_from="e5")).recipe.max_tokens == WARM_RECIPE["max_tokens"]

@@ -409,10 +409,10 @@ def test_the_teacher_vectors_go_to_the_cache_folder_asked_for(tmp_path):
 
     teacher = TextTeacher()
     teacher.spec = "t"
-    spec = SimpleNamespace(teacher="t", teacher_cache=str(tmp_path / "asked"))
+    spec = SimpleNamespace(teacher="t", teacher_cache=str(tmp_path / "asked"), distill_weight=1.0)
     dataset = SimpleNamespace(languages=["de", "en"], dataset={"de": ["a", "b"], "en": ["one", "two"]})
     plan = SimpleNamespace(pairs=[("de", "en")], pivots=["en"])
-    built = SimpleNamespace(plan=plan, dataset=dataset, sampler=None, micro_batches=None, collator=None, tokenizer=None)
+    built = SimpleNamespace(data=plan, dataset=dataset, sampler=None, micro_batches=None, collator=None, tokenizer=None)
     collator = Distillation(teacher, spec).attach(built)
     assert sorted(collator.row_of) == ["one", "two"]
     assert [path.name for path in (tmp_path / "asked").iterdir()] == ["text_teacher-0123456789abcdef"]

@@ -17,7 +17,7 @@ from hf_tlaser.errors import UsageError
 from hf_tlaser.models.cnv import CNVConfig, cnv_distance_loss
 from hf_tlaser.models.yu2018 import Yu2018Config, Yu2018ForTranslation
 from hf_tlaser.training import LaserTrainer, RunSpec, get_preset
-from hf_tlaser.training.resolve import resolve
+from hf_tlaser.training.resolve import decide
 from hf_tlaser.training.trainer import step_schedule
 
 # --- 1. LDT: the paper's schedule (Mao et al. 2021, sec. 4.1) ----------------------------------------------------
@@ -64,11 +64,11 @@ def test_trainer_steps_down_after_the_recipe_epochs(tmp_path):
 
 def test_step_schedule_is_refused_with_streaming():
     with pytest.raises(UsageError, match="--lr-schedule step counts epochs"):
-        resolve(RunSpec(output_dir="x", model="ldt", streaming=True))
+        decide(RunSpec(output_dir="x", model="ldt", streaming=True))
     spec = RunSpec(output_dir="x", model="ldt", streaming=True, lr_schedule="inverse_sqrt")
-    assert resolve(spec).recipe.lr_schedule == "inverse_sqrt"
+    assert decide(spec).recipe.lr_schedule == "inverse_sqrt"
     with pytest.raises(UsageError, match="--batch-composition sorted: expected one of"):
-        resolve(RunSpec(output_dir="x", batch_composition="sorted"))
+        decide(RunSpec(output_dir="x", batch_composition="sorted"))
 
 
 # --- 2. batch composition of the in-batch negatives --------------------------------------------------------------

@@ -5,6 +5,7 @@ the model classes themselves (the probes that training used to run)."""
 from __future__ import annotations
 
 import inspect
+from importlib import import_module
 
 import pytest
 import torch
@@ -15,7 +16,6 @@ from hf_tlaser.hub.model_card import CARD_SECTIONS
 from hf_tlaser.model_folders import MODEL_TYPES
 from hf_tlaser.models.common.pooling import SAVED_WITHOUT_POOLING, pooling_mode
 from hf_tlaser.models.registry import FAMILIES
-from hf_tlaser.training.families import TRAINERS
 from hf_tlaser.training.presets import (
     BACKBONE_MEMBERS,
     DECODER_VOCAB_MEMBERS,
@@ -55,11 +55,12 @@ def test_member_lists_follow_the_registry():
 @pytest.mark.parametrize("model", MODELS)
 def test_every_member_has_every_size(model):
     """Each family's presets cover every size with config kwargs its config takes and ``Recipe`` fields (cNV: and
-    its NMT pair's), and its data path has a training."""
+    its NMT pair's), and the training it names checks a plan and trains from it."""
     presets = MEMBERS[model].family.presets
     assert tuple(presets.sizes) == tuple(presets.recipes) == SIZES
-    assert presets.data_path in TRAINERS
-    assert (presets.nmt is not None) == (presets.data_path == "nmt")
+    training = import_module(presets.training)
+    assert callable(training.check) and callable(training.train)
+    assert (presets.nmt is not None) == (presets.training == "hf_tlaser.training.cnv")
     assert presets.nmt is None or tuple(presets.nmt) == SIZES
     for size in SIZES:
         preset = get_preset(model, size)  # builds the Recipe (and NMTPreset): a misspelled field fails here

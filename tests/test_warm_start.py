@@ -20,8 +20,9 @@ from hf_tlaser.losses import sample_negatives
 from hf_tlaser.models.ldt import LDTConfig, LDTForAlignment
 from hf_tlaser.models.tlaser import TLaserConfig, TLaserForTranslation
 from hf_tlaser.training.cli import main
+from hf_tlaser.training.joint import target_vocabulary
 from hf_tlaser.training.trainer import FreezeEncoderCallback
-from hf_tlaser.training.warm import check_backbone, target_vocabulary, unk_rates, with_prompt
+from hf_tlaser.training.warm import check_backbone, unk_rates, with_prompt
 from tests.fresh_process import auto_model_vectors, fresh_vectors
 
 DECODER = dict(decoder_attention_heads=2, decoder_ffn_dim=64, dropout=0.0)
@@ -383,21 +384,21 @@ def test_chrf_matches_a_hand_computation():
 
 def test_warm_start_recipe_defaults_and_flags():
     from hf_tlaser.training.presets import WARM_ENCODER_LR, WARM_FREEZE_UPDATES, WARM_RECIPE, get_preset
-    from hf_tlaser.training.resolve import resolve
+    from hf_tlaser.training.resolve import decide
     from hf_tlaser.training.spec import RunSpec
 
     def schedule(resolved) -> tuple:
         return resolved.freeze_encoder_steps, resolved.encoder_lr
 
     preset = get_preset("ctlaser", "tiny")
-    scratch = resolve(RunSpec(output_dir="x"))
+    scratch = decide(RunSpec(output_dir="x"))
     assert scratch.recipe == preset.recipe and schedule(scratch) == (0, None)
     assert (scratch.pooling, scratch.decoder_vocab) == (None, "full")
-    warm = resolve(RunSpec(output_dir="x", init_from="e5"))
+    warm = decide(RunSpec(output_dir="x", init_from="e5"))
     assert all(getattr(warm.recipe, key) == value for key, value in WARM_RECIPE.items())
     assert schedule(warm) == (WARM_FREEZE_UPDATES, WARM_ENCODER_LR)
     assert (warm.pooling, warm.decoder_vocab) == ("backbone", "targets")
-    mine = resolve(RunSpec(output_dir="x", init_from="e5", max_tokens=2000, freeze_encoder_steps=0, encoder_lr=1e-4))
+    mine = decide(RunSpec(output_dir="x", init_from="e5", max_tokens=2000, freeze_encoder_steps=0, encoder_lr=1e-4))
     assert mine.recipe.max_tokens == 2000 and schedule(mine) == (0, 1e-4)
 
 

@@ -13,6 +13,9 @@ from transformers import PretrainedConfig, PreTrainedModel
 
 from hf_tlaser.models.common.pooling import embedding_dim
 
+JOINT_TRAINING = "hf_tlaser.training.joint"
+"""The training of the families on one joint BPE over the curriculum languages (``Presets.training``)."""
+
 
 @dataclass(frozen=True)
 class Presets:
@@ -25,15 +28,17 @@ class Presets:
         recipes: size -> ``Recipe`` fields (those not given keep its defaults: the paper's fairseq recipe).
         nmt: cNV's NMT pair per size (None: none): ``config_kwargs`` (``MarianConfig``), ``recipe`` (as ``recipes``)
             and ``steps`` (the updates of each direction).
-        data_path: ``joint`` (one joint BPE, ``hf_tlaser.training.joint``) or ``nmt`` (an NMT pair first, then the
-            shared layers over it, ``hf_tlaser.training.cnv``).
+        training: the module that trains it, named, not imported (models sit below training): its ``check(plan)``
+            completes the run's plan (``hf_tlaser.training.resolve``) and its ``train(plan)`` builds from the plan
+            and fits. ``JOINT_TRAINING`` (one joint BPE) by default; cNV's trains an NMT pair first, then the shared
+            layers over it (``hf_tlaser.training.cnv``).
     """
 
     members: dict[str, dict]
     sizes: dict[str, dict]
     recipes: dict[str, dict]
     nmt: dict[str, dict] | None = None
-    data_path: str = "joint"
+    training: str = JOINT_TRAINING
 
 
 @dataclass(frozen=True)
@@ -79,7 +84,7 @@ class Family:
         multiway: it trains on multi-way batches (aligned groups of more than two languages).
         teacher_head: it has a projection head to a teacher's width (``config.teacher_dim``).
         per_language: one encoder and tokenizer per language (``encode`` needs each text's ``lang``).
-        presets: its ``--model`` members, sizes, recipes and data path.
+        presets: its ``--model`` members, sizes, recipes and the module that trains it.
         card: its model card's section.
     """
 

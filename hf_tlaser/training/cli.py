@@ -6,8 +6,9 @@ Single process: ``hf-tlaser train --model ctlaser --preset tiny --output-dir run
 ``torchrun --standalone --nproc_per_node 2 -m hf_tlaser.training.cli --use-cpu ...``.
 
 This module turns the flags (and a ``--config`` file) into a ``RunSpec`` and runs it
-(``hf_tlaser.training.families.train``). A user mistake (argument, file, data, output-dir state) ends with one
-``hf-tlaser train: error: ...`` line on stderr and exit code 2; the cheap checks run before any data is read.
+(``hf_tlaser.training.resolve.train``: its plan, then its family's training). A user mistake (argument, file, data,
+output-dir state) ends with one ``hf-tlaser train: error: ...`` line on stderr and exit code 2; the cheap checks run
+before any data is read.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ import yaml
 
 from hf_tlaser.commands import run_command
 from hf_tlaser.errors import UsageError
-from hf_tlaser.training.families import train
 from hf_tlaser.training.presets import MODELS
+from hf_tlaser.training.resolve import train
 from hf_tlaser.training.spec import RunSpec
 
 logger = logging.getLogger("hf_tlaser.train")

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from types import MappingProxyType
 
 from transformers import (
     AutoConfig,
@@ -41,12 +42,11 @@ from hf_tlaser.training.nmt_pair import (
     train_marian_bpe,
     train_nmt,
 )
-from hf_tlaser.training.plan import plan_data
-from hf_tlaser.training.presets import NMTPreset, Recipe, get_preset
-from hf_tlaser.training.resolve import resolve
-from hf_tlaser.training.run import Run
-from hf_tlaser.training.run_dir import (
+from hf_tlaser.training.presets import NMTPreset
+from hf_tlaser.training.resolve import RunPlan
+from hf_tlaser.training.run import (
     RECORD,
+    Run,
     check_checkpoint,
     check_output_dir,
     check_resume,
@@ -67,9 +67,11 @@ STAGE1_FLAGS = ("pairs", "nmt_pair", "corpora", "nmt_steps", "vocab_size", "max_
 """Flags whose value a resumed run must keep: they decide the NMT pair (stage 1) and the data."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class CNVPlan:
-    """What the checked command line asks for."""
+    """What only cNV's training reads of the checked command line (``RunPlan.extra``): the pair, its corpora, the
+    cNV config values, the NMT pair's preset or existing folders, the ``nmt.`` ``--set`` items, and the record of
+    the run continued (``saved``; None: a new run)."""
 
     pair: tuple[str, str]
     corpora: list[Source]
@@ -77,6 +79,7 @@ class CNVPlan:
     nmt: NMTPreset
     nmt_pair: tuple[str, str] | None = None
     nmt_set: list[str] = field(default_factory=list)
+    saved: dict | None = None
 
 
 def _is_local_path(source: str) -> bool:
@@ -113,10 +116,11 @@ def _split_set(items: list[str]) -> tuple[list[str], list[str]]:
     return [item for item in items if not item.startswith(NMT_SET_PREFIX)], nmt
 
 
-def check_cnv_args(spec: RunSpec, recipe: Recipe) -> CNVPlan:
+def check_cnv_args(plan: RunPlan) -> CNVPlan:
     """The cheap checks of a cNV command line (before any file is read), after the flags it does not take
     (``RunSpec.check_families``: ``--teacher``, ``--streaming``, ``--tokenizer``, ``--batching multiway``, ...);
     UsageError on a mistake."""
+    spec = plan.spec
     if not spec.pairs:
         raise UsageError("--model cnv takes one language pair a-b (its NMT pair a->b and b->a): give --pairs a-b")
     try:
@@ -142,14 +146,14 @@ def check_cnv_args(spec: RunSpec, recipe: Recipe) -> CNVPlan:
     fixed = sorted(set(overrides) & set(PAIR_KEYS))
     if fixed:
         raise UsageError(f"--set {', '.join(fixed)}: set by --pairs and the NMT pair, not by --set")
-    preset = get_preset("cnv", spec.preset)
+    preset = plan.preset
     cnv_kwargs = {**preset.config_kwargs, **overrides}
     try:
         CNVConfig(languages=list(pairs[0]), **cnv_kwargs)
     except ValueError as err:
         raise UsageError(f"model config ({preset.name} with --set {cnv_set}): {err}") from None
     nmt_overrides = config_overrides(nmt_set, MarianConfig) if nmt_set else {}
-    nmt = nmt_with_data(preset.nmt, recipe, spec.nmt_steps, nmt_overrides)
+    nmt = nmt_with_data(preset.nmt, plan.recipe, spec.nmt_steps, nmt_overrides)
     try:
         MarianConfig(**nmt.config_kwargs)
     except ValueError as err:
@@ -157,7 +161,7 @@ def check_cnv_args(spec: RunSpec, recipe: Recipe) -> CNVPlan:
     if nmt_pair:
         for source in nmt_pair:
             check_nmt_source(source)
-    return CNVPlan(pairs[0], plan_data(spec).sources, cnv_kwargs, nmt, nmt_pair, nmt_set)
+    return CNVPlan(pairs[0], plan.data.sources, cnv_kwargs, nmt, nmt_pair, nmt_set)
 
 
 def check_cnv_output_dir(spec: RunSpec) -> tuple[Path | None, dict | None]:
@@ -206,56 +210,65 @@ def _same_tokenizer(first: PreTrainedTokenizerBase, second: PreTrainedTokenizerB
     return first is second or (None not in backends and backends[0].to_str() == backends[1].to_str())
 
 
-def train_cnv(spec: RunSpec) -> LaserTrainer:
-    """Run ``hf-tlaser train --model cnv`` (see the module docstring); returns the stage-2 trainer.
-
-    Raises UsageError (before reading any corpus where it can) on a mistake the user can fix.
-    """
-    resolved = resolve(spec)
-    preset, recipe = resolved.preset, resolved.recipe
-    plan = check_cnv_args(spec, recipe)
+def check(plan: RunPlan) -> RunPlan:
+    """The checks of ``hf-tlaser train --model cnv`` (see the module docstring) before any corpus text is read, and
+    the plan they complete (the checkpoint of stage 2, the cNV config values, ``CNVPlan`` as ``extra``);
+    UsageError on a mistake the user can fix."""
+    spec = plan.spec
+    stage = check_cnv_args(plan)
     checkpoint, saved = check_cnv_output_dir(spec)
     if checkpoint is not None:
         step = check_checkpoint(checkpoint)
         logger.info("resuming stage 2 from %s (step %d)", checkpoint, step)
-    data_dir = spec.data_dir
-    a, b = plan.pair
-    out = spec.out
+        done = (saved or {}).get("nmt", {})
+        names = [nmt_folder(*direction) for direction in (stage.pair, stage.pair[::-1])]
+        unfinished = [name for name in names if not done.get(name, {}).get("finished")]
+        if unfinished and not stage.nmt_pair:
+            raise UsageError(f"--resume {checkpoint}: the NMT models {unfinished} of this run never finished")
+    return replace(
+        plan,
+        checkpoint=checkpoint,
+        config=MappingProxyType(stage.cnv_kwargs),
+        extra=replace(stage, saved=saved),
+    )
+
+
+def train(plan: RunPlan) -> LaserTrainer:
+    """Run the planned ``hf-tlaser train --model cnv`` (``check``'s plan): stage 1 (or the given NMT pair), then the
+    shared layers; returns the stage-2 trainer."""
+    spec, preset, recipe, checkpoint = plan.spec, plan.preset, plan.recipe, plan.checkpoint
+    stage, saved, data_dir, out = plan.extra, plan.extra.saved, spec.data_dir, spec.out
+    a, b = stage.pair
     folders = {direction: out / nmt_folder(*direction) for direction in ((a, b), (b, a))}
     done = (saved or {}).get("nmt", {})
-    if checkpoint is not None and not plan.nmt_pair:
-        unfinished = [name.name for name in folders.values() if not done.get(name.name, {}).get("finished")]
-        if unfinished:
-            raise UsageError(f"--resume {checkpoint}: the NMT models {unfinished} of this run never finished")
-
     run = Run.open(spec, preset, recipe, checkpoint)  # joins the process group
     run.record["nmt_preset"] = {
-        "config": plan.nmt.config_kwargs,
-        "steps": plan.nmt.steps,
-        "recipe": asdict(plan.nmt.recipe),
+        "config": stage.nmt.config_kwargs,
+        "steps": stage.nmt.steps,
+        "recipe": asdict(stage.nmt.recipe),
     }
     run.record["nmt"] = dict(done)
     run.record["outputs"] = recorded_outputs(out)
 
     dataset = None
-    if plan.nmt_pair:
-        sources = plan.nmt_pair
+    if stage.nmt_pair:
+        sources = stage.nmt_pair
         run.record["nmt"] = {nmt_folder(*d): {"source": s, "trained": False} for d, s in zip(folders, sources)}
     else:
         sources = tuple(str(folder) for folder in folders.values())
-        dataset = train_stage_1(run, plan, folders, saved)
+        dataset = train_stage_1(run, stage, folders, saved)
 
     set_seed(spec.seed)
-    model = CNVModel.from_nmt_pair(*sources, languages=plan.pair, **plan.cnv_kwargs)
+    model = CNVModel.from_nmt_pair(*sources, languages=stage.pair, **plan.config)
     if checkpoint is not None:
         check_resume_config(checkpoint, model.config)
     tok_ab, tok_ba = model.get_tokenizer(a), model.get_tokenizer(b)
     if dataset is None:
-        dataset = load_pair_corpora(plan.pair, tok_ab, recipe, plan.corpora, data_dir)
+        dataset = load_pair_corpora(stage.pair, tok_ab, recipe, stage.corpora, data_dir)
     lengths = sentence_lengths(dataset, tok_ab, [a, b])  # a: source of a->b; b: source of b->a
     if not _same_tokenizer(tok_ab, tok_ba):
         lengths[b] = sentence_lengths(dataset.select_columns([b]), tok_ba, [b])[b]
-    sampler = run.plan_batches(lengths, [plan.pair], f"--corpora {spec.corpora} --pairs {spec.pairs}")
+    sampler = run.plan_batches(lengths, [stage.pair], f"--corpora {spec.corpora} --pairs {spec.pairs}")
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     logger.info(
         "%s: %.2fM trainable of %.1fM parameters (NMT frozen: %s), d_h %d, r %d, beta %s, %d micro-batches/epoch/"
@@ -272,7 +285,7 @@ def train_cnv(spec: RunSpec) -> LaserTrainer:
         spec.max_steps,
     )
     run.write_record()
-    return run.fit(model, ParallelExamples(dataset, plan.pair), CNVCollator(tok_ab, tok_ba, plan.pair), sampler)
+    return run.fit(model, ParallelExamples(dataset, stage.pair), CNVCollator(tok_ab, tok_ba, stage.pair), sampler)
 
 
 def train_stage_1(run: Run, plan: CNVPlan, folders: dict[tuple[str, str], Path], saved: dict | None):

@@ -25,9 +25,8 @@ from hf_tlaser.data import Pair, ParallelExamples
 from hf_tlaser.encoders import VectorsEncoder
 from hf_tlaser.errors import UsageError
 from hf_tlaser.teachers import NO_CACHE, Teacher, TeacherCache, load_teacher
-from hf_tlaser.training.plan import DataPlan
 from hf_tlaser.training.presets import TEACHER_HEAD_MEMBERS
-from hf_tlaser.training.resolve import Built, Plugin, Resolved
+from hf_tlaser.training.resolve import Built, DataPlan, Plugin, RunPlan
 from hf_tlaser.training.spec import RunSpec
 from hf_tlaser.training.trainer import DISTILL_INPUTS
 
@@ -213,21 +212,21 @@ class Distillation(Plugin):
 
     def __init__(self, teacher: Teacher, spec: RunSpec) -> None:
         self.teacher, self.spec = teacher, spec
+        self.fit_options = {"distill_weight": spec.distill_weight}
 
     @classmethod
-    def check(cls, resolved: Resolved) -> Distillation | None:
-        teacher = check_teacher(resolved.spec)
-        return None if teacher is None else cls(teacher, resolved.spec)
+    def check(cls, plan: RunPlan) -> Distillation:
+        return cls(check_teacher(plan.spec), plan.spec)
 
-    def check_config(self, config: PretrainedConfig, plan: DataPlan) -> None:
+    def check_config(self, config: PretrainedConfig, data: DataPlan) -> None:
         check_widths(self.teacher, config, self.spec)
-        warn_languages(self.teacher, plan.languages)
+        warn_languages(self.teacher, data.languages)
 
     def attach(self, built: Built) -> DistillCollator:
-        plan = built.plan
-        texts = planned_pivot_texts(built.dataset, built.sampler, built.micro_batches, plan.pairs, plan.pivots)
+        data = built.data
+        texts = planned_pivot_texts(built.dataset, built.sampler, built.micro_batches, data.pairs, data.pivots)
         if texts is None:
-            texts = corpus_pivot_texts(built.dataset, pivot_languages(plan.pairs, plan.pivots))
+            texts = corpus_pivot_texts(built.dataset, pivot_languages(data.pairs, data.pivots))
         else:
             logger.info(
                 "teacher %s: the run's %d micro-batches read %d pivot texts",
@@ -236,7 +235,4 @@ class Distillation(Plugin):
                 len(texts),
             )
         matrix, row_of = teacher_matrix(self.teacher, self.spec.teacher_cache, texts)
-        return DistillCollator(built.collator, built.tokenizer, matrix, row_of, plan.pairs, plan.pivots, self.teacher)
-
-    def fit_options(self) -> dict:
-        return {"distill_weight": self.spec.distill_weight}
+        return DistillCollator(built.collator, built.tokenizer, matrix, row_of, data.pairs, data.pivots, self.teacher)

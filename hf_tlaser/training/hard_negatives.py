@@ -25,7 +25,7 @@ from hf_tlaser.data import MultiwayBatchSampler, Pair, ParallelExamples
 from hf_tlaser.encoders import Encoder, load
 from hf_tlaser.errors import UsageError
 from hf_tlaser.training.distill import pivot_of_group, pivot_of_pair, teacher_matrix
-from hf_tlaser.training.resolve import Built, Plugin, Resolved
+from hf_tlaser.training.resolve import Built, Plugin, RunPlan
 from hf_tlaser.training.spec import RunSpec
 
 logger = logging.getLogger("hf_tlaser.train")
@@ -96,16 +96,14 @@ class HardNegatives(Plugin):
     """``--batch-composition cluster``: the clustering model loaded before any data is read; the sampler's clusters
     set once the data is read (module docstring)."""
 
+    describes = ", hard-negative batches"
+
     def __init__(self, model: Encoder, spec: RunSpec) -> None:
         self.model, self.spec = model, spec
 
     @classmethod
-    def check(cls, resolved: Resolved) -> HardNegatives | None:
-        spec = resolved.spec
-        if resolved.recipe.batch_composition != "cluster":
-            if spec.cluster_model is not None:
-                raise UsageError("--cluster-model: only with --batch-composition cluster (it chooses the clusters)")
-            return None
+    def check(cls, plan: RunPlan) -> HardNegatives:
+        spec = plan.spec
         if spec.streaming:
             raise UsageError(
                 "--batch-composition cluster clusters every row of the corpora before training: not with --streaming"
@@ -125,7 +123,7 @@ class HardNegatives(Plugin):
         return cls(load(source, argument="--cluster-model"), spec)
 
     def attach(self, built: Built):
-        sampler, plan = built.sampler, built.plan
+        sampler, data = built.sampler, built.data
         start = time.perf_counter()
         every = sampler.stream_rows()
         streams = {pair: pool_rows(rows, self.spec.cluster_pool, self.spec.seed) for pair, rows in every.items()}
@@ -138,7 +136,7 @@ class HardNegatives(Plugin):
                 sum(map(len, every.values())),
             )
         multiway = isinstance(sampler, MultiwayBatchSampler)
-        texts = stream_pivot_texts(built.dataset, streams, multiway, plan.pivots, plan.pairs)
+        texts = stream_pivot_texts(built.dataset, streams, multiway, data.pivots, data.pairs)
         distinct = sorted({text for stream in texts.values() for text in stream})
         matrix, row_of = teacher_matrix(self.model, self.spec.teacher_cache, distinct)
         embedded = time.perf_counter() - start
@@ -175,6 +173,3 @@ class HardNegatives(Plugin):
         )
         del self.model  # not needed in training: its memory goes back
         return built.collator
-
-    def model_name(self, name: str) -> str:
-        return f"{name}, hard-negative batches"

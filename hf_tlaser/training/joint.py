@@ -8,28 +8,66 @@ from __future__ import annotations
 import inspect
 import json
 import logging
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 from pathlib import Path
+from types import MappingProxyType
 
-from transformers import AutoTokenizer, PretrainedConfig, PreTrainedTokenizerBase
+import torch
+from transformers import (
+    AutoTokenizer,
+    PretrainedConfig,
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+    TrainingArguments,
+)
 
-from hf_tlaser.data import Pair, TranslationCollator, decoder_languages
+from hf_tlaser.data import (
+    CleaningConfig,
+    MultiwayBatchSampler,
+    Pair,
+    PairBatchSampler,
+    ParallelExamples,
+    TranslationCollator,
+    corpus_sentences,
+    decoder_languages,
+    load_corpora,
+    sentence_lengths,
+)
+from hf_tlaser.data.source_datasets import stream_source
+from hf_tlaser.data.streaming import StreamingPairBatches, stream_sentences
 from hf_tlaser.errors import UsageError
 from hf_tlaser.models.registry import FAMILIES
-from hf_tlaser.tokenization import save_tokenizer, write_token_report
+from hf_tlaser.tokenization import (
+    LanguageSample,
+    language_token_report,
+    save_tokenizer,
+    train_tokenizer,
+    write_token_report,
+)
 from hf_tlaser.training.distill import Distillation
 from hf_tlaser.training.hard_negatives import HardNegatives
-from hf_tlaser.training.plan import DataPlan, plan_corpus, plan_data, plan_stream, train_joint_bpe
-from hf_tlaser.training.presets import Preset
-from hf_tlaser.training.resolve import Built, Plugin, Resolved, resolve
-from hf_tlaser.training.run import Run
-from hf_tlaser.training.run_dir import check_checkpoint, check_output_dir, check_resume, check_resume_config
-from hf_tlaser.training.spec import RunSpec, config_overrides
-from hf_tlaser.training.trainer import LaserTrainer, StreamStateCallback
-from hf_tlaser.training.warm import WarmStart, target_vocabulary
+from hf_tlaser.training.presets import Preset, Recipe
+from hf_tlaser.training.resolve import Built, DataPlan, Plugin, RunPlan
+from hf_tlaser.training.run import (
+    Run,
+    check_checkpoint,
+    check_output_dir,
+    check_resume,
+    check_resume_config,
+    plan_batches,
+    rank_batching,
+)
+from hf_tlaser.training.spec import config_overrides
+from hf_tlaser.training.trainer import STREAM_STATE, LaserTrainer, StreamStateCallback
+from hf_tlaser.training.warm import WarmStart
 
 logger = logging.getLogger("hf_tlaser.train")
 
+DECODER_SPECIALS = ("pad_token", "eos_token", "unk_token", "cls_token", "bos_token")
+"""Special tokens whose ids a restricted decoder vocabulary keeps (``target_vocabulary``)."""
+STREAM_TOKENIZER_SENTENCES = 200_000
+"""``--streaming`` without ``--max-lines``: sentences per language the joint BPE is trained on (the first ones)."""
 SPECIAL_TOKEN_IDS = {"pad_token_id": "pad_token", "eos_token_id": "eos_token", "cls_token_id": "cls_token"}
 """Config fields that must match the tokenizer (``unk_token_id`` too where the tokenizer has one)."""
 
@@ -98,6 +136,22 @@ def resumed_languages(checkpoint: Path, needed: list[str]) -> list[str] | None:
     return list(saved) if saved and set(needed) <= set(saved) else None
 
 
+def target_vocabulary(tokenizer: PreTrainedTokenizerFast, texts: Iterable[str]) -> torch.LongTensor:
+    """The decoder's restricted vocabulary: every piece of ``texts`` (the training targets) and every id up to the
+    largest special token's (so that pad, ``</s>``, ``<unk>`` and the start token keep their ids), sorted."""
+    special = max(getattr(tokenizer, f"{name}_id") for name in DECODER_SPECIALS if getattr(tokenizer, name, None))
+    keep = set(range(special + 1))
+    batch: list[str] = []
+    for text in texts:
+        batch.append(text)
+        if len(batch) == 4096:
+            keep.update(i for ids in tokenizer(batch, add_special_tokens=False)["input_ids"] for i in ids)
+            batch = []
+    if batch:
+        keep.update(i for ids in tokenizer(batch, add_special_tokens=False)["input_ids"] for i in ids)
+    return torch.tensor(sorted(keep), dtype=torch.long)
+
+
 def collator_for(model, tokenizer: PreTrainedTokenizerBase, pairs: list[Pair]) -> TranslationCollator:
     """The family's collator: the translation batches, with what its model reads besides them (the target
     sentences encoded too, the source language)."""
@@ -112,60 +166,133 @@ def collator_for(model, tokenizer: PreTrainedTokenizerBase, pairs: list[Pair]) -
     )
 
 
-PLUGINS: tuple[type[Plugin], ...] = (HardNegatives, Distillation, WarmStart)
-"""The run-wide additions of the joint-BPE path (``--batch-composition cluster``, ``--teacher``, ``--init-from``), in
-the order of their hooks (the clusters first: they decide the plan that the teacher's vectors follow)."""
+def tokenizer_texts(plan: DataPlan, data_dir: str | None, recipe: Recipe, streaming: bool) -> Iterator[tuple]:
+    """``(language, sentence)`` for the joint BPE: at most ``max_lines`` sentences per language (streaming: at most
+    STREAM_TOKENIZER_SENTENCES when the recipe reads everything)."""
+    if not streaming:
+        return corpus_sentences(plan.sources, data_dir, plan.languages, max_sentences=recipe.max_lines)
+    cap = recipe.max_lines or STREAM_TOKENIZER_SENTENCES
+    streams = [item for source in plan.sources for item in stream_source(source, recipe.max_lines)]
+    return stream_sentences(streams, plan.languages, cap)
 
 
-@dataclass
-class JointPlan:
-    """What the checked run of a joint-BPE family asks for: its resolved spec, the checkpoint it continues, the data
-    plan, the model config values (``--set``, the plugins', the language table; the tokenizer's follow at build
-    time), the tokenizer given and its name (``--tokenizer``, the resumed run's or a plugin's; None: train a joint
-    BPE) and the run's plugins."""
-
-    resolved: Resolved
-    checkpoint: Path | None
-    data: DataPlan
-    overrides: dict
-    tokenizer: PreTrainedTokenizerBase | None
-    tokenizer_source: str
-    plugins: list[Plugin]
+def train_joint_bpe(
+    plan: DataPlan, data_dir: str | None, recipe: Recipe, streaming: bool
+) -> tuple[PreTrainedTokenizerBase, dict]:
+    """The joint BPE of the recipe's size over the plan's languages (``tokenizer_texts``), and its per-language token
+    report (``hf_tlaser.tokenization.language_token_report``)."""
+    logger.info("training a %d-token joint BPE on %s (%s)", recipe.vocab_size, plan.describe(), plan.languages)
+    sample = LanguageSample()
+    tokenizer = train_tokenizer(
+        vocab_size=recipe.vocab_size, texts=sample.watch(tokenizer_texts(plan, data_dir, recipe, streaming))
+    )
+    return tokenizer, language_token_report(tokenizer, sample)
 
 
-def check_joint(spec: RunSpec) -> JointPlan:
-    """The checks of a joint-BPE family's run, before any corpus text is read; UsageError on a mistake. Flags the
-    family does not take were refused before (``RunSpec.check_families``). The config built here is a check (of the
-    values, the teacher's width, a resumed run's config); the model's is built once the data is read."""
-    resolved = resolve(spec)
-    preset, recipe = resolved.preset, resolved.recipe
-    plugins = [plugin for plugin in (kind.check(resolved) for kind in PLUGINS) if plugin is not None]
+def plan_corpus(
+    plan: DataPlan,
+    tokenizer: PreTrainedTokenizerBase,
+    recipe: Recipe,
+    training_args: TrainingArguments,
+    data_dir: str | None,
+) -> tuple[ParallelExamples, PairBatchSampler | MultiwayBatchSampler]:
+    """The plan's corpora read into memory (cleaned: sentences of at most ``max_sentence_tokens`` tokens with the
+    language tag and ``</s>``) and this rank's curriculum sampler of the recipe's batching (``plan_batches``)."""
+    languages = plan.languages
+    cleaning = CleaningConfig(max_tokens=recipe.max_sentence_tokens - 2)
+    corpus = load_corpora(
+        plan.sources, data_dir, languages, cleaning=cleaning, tokenizer=tokenizer, max_lines=recipe.max_lines
+    )
+    lengths = sentence_lengths(corpus, tokenizer, languages)
+    sampler_class = MultiwayBatchSampler if recipe.batching == "multiway" else PairBatchSampler
+    sampler = plan_batches(lengths, recipe, plan.pairs, training_args, plan.describe(), sampler_class)
+    return ParallelExamples(corpus, languages), sampler
+
+
+def plan_stream(
+    plan: DataPlan,
+    tokenizer: PreTrainedTokenizerBase,
+    recipe: Recipe,
+    training_args: TrainingArguments,
+    buffer_size: int,
+    checkpoint: Path | None,
+) -> StreamingPairBatches:
+    """``--streaming``: this rank's stream of micro-batches (``buffer_size``: ``--shuffle-buffer``; continued from
+    ``checkpoint``'s stream state), after setting the accumulation as ``plan_batches`` does."""
+    options = rank_batching(recipe, training_args)
+    streams = [item for source in plan.sources for item in stream_source(source, recipe.max_lines)]
+    cleaning = CleaningConfig(max_tokens=recipe.max_sentence_tokens - 2)
+    try:
+        stream = StreamingPairBatches(
+            streams, plan.pairs, tokenizer, int(recipe.max_tokens), cleaning=cleaning, buffer_size=buffer_size,
+            **options,
+        )  # fmt: skip
+    except ValueError as err:
+        raise UsageError(f"no training batches from {plan.describe()}: {err}") from None
+    if checkpoint is not None:
+        saved = checkpoint / STREAM_STATE.format(rank=training_args.process_index)
+        state = json.loads(saved.read_text(encoding="utf-8")) if saved.is_file() else None
+        if state is None or state["world_size"] != training_args.world_size:
+            logger.warning(
+                "--resume %s: %s; the streams start again from the beginning of the corpora (the data order is not "
+                "the uninterrupted run's)",
+                checkpoint,
+                f"no {saved.name}"
+                if state is None
+                else f"its streams were split between {state['world_size']} processes, not {training_args.world_size}",
+            )
+        else:
+            stream.load_state(state)
+            logger.info("--resume: the streams continue at micro-batch %d of this rank", state["batches"])
+    return stream
+
+
+PLUGINS: tuple[tuple[Callable[[RunPlan], bool], type[Plugin]], ...] = (
+    (lambda plan: plan.recipe.batch_composition == "cluster", HardNegatives),
+    (lambda plan: plan.spec.teacher is not None, Distillation),
+    (lambda plan: plan.warm, WarmStart),
+)
+"""The run-wide additions of the joint-BPE path, each with the plan's question that asks for it
+(``--batch-composition cluster``, ``--teacher``, ``--init-from``), in the order of their hooks (the clusters first:
+they decide the plan that the teacher's vectors follow)."""
+
+
+def check(plan: RunPlan) -> RunPlan:
+    """The checks of a joint-BPE family's run, before any corpus text is read, and the plan they complete
+    (``RunPlan``: checkpoint, config values, tokenizer, plug-ins); UsageError on a mistake. ``plan`` holds the run's
+    defaults and data plan (``resolve.resolve``: flags the family does not take were refused there). The config
+    built here is a check (of the values, the teacher's width, a resumed run's config); the model's is built once the
+    data is read."""
+    spec, preset, recipe = plan.spec, plan.preset, plan.recipe
     checkpoint = check_output_dir(spec)
     if checkpoint is not None:
         check_resume(checkpoint, spec)
         step = check_checkpoint(checkpoint)
-    overrides = config_overrides(spec.set, preset.config_class)
-    if resolved.pooling not in (None, "backbone"):
-        overrides["pooling"] = resolved.pooling
-    for plugin in plugins:
-        overrides = plugin.configure(resolved, overrides)
-    if checkpoint is not None and resolved.decoder_vocab == "targets":
-        overrides["decoder_vocab_size"] = resumed_value(checkpoint, "decoder_vocab_size")
-    plan = plan_data(spec)
-    evaluation = [source.spec for source in plan.sources if source.evaluation]
+    config, plugins = config_overrides(spec.set, preset.config_class), []
+    if plan.pooling not in (None, "backbone"):
+        config["pooling"] = plan.pooling
+    for asked, kind in PLUGINS:
+        if asked(plan):
+            plugin = kind.check(replace(plan, config=config))
+            plugins.append(plugin)
+            config = {**config, **plugin.config}
+    if checkpoint is not None and plan.decoder_vocab == "targets":
+        config["decoder_vocab_size"] = resumed_value(checkpoint, "decoder_vocab_size")
+    data = plan.data
+    evaluation = [source.spec for source in data.sources if source.evaluation]
     if evaluation:
         logger.warning(
             "--corpora %s: evaluation corpora (retrieval sets of hf-tlaser evaluate); their scores will not measure "
             "generalisation",
             ", ".join(evaluation),
         )
-    needed = model_languages_for(preset, plan.pairs)
-    table = overrides.get("languages") or (checkpoint and resumed_languages(checkpoint, needed)) or needed
+    needed = model_languages_for(preset, data.pairs)
+    table = config.get("languages") or (checkpoint and resumed_languages(checkpoint, needed)) or needed
     missing = sorted(set(needed) - set(table))
     if missing:
-        raise UsageError(f"--set languages={table} lacks {missing}, which the curriculum {plan.describe()} needs")
-    inherited = overrides.get("training_languages") or []  # a member's, when it is the --init-from start
-    overrides = {**overrides, "languages": list(table), "training_languages": sorted({*inherited, *plan.languages})}
+        raise UsageError(f"--set languages={table} lacks {missing}, which the curriculum {data.describe()} needs")
+    inherited = config.get("training_languages") or []  # a member's, when it is the --init-from start
+    config = {**config, "languages": list(table), "training_languages": sorted({*inherited, *data.languages})}
     tokenizer, source = None, ""
     if checkpoint is not None:
         folder = resume_tokenizer(checkpoint)
@@ -178,17 +305,25 @@ def check_joint(spec: RunSpec) -> JointPlan:
     elif spec.tokenizer:
         tokenizer, source = load_tokenizer(Path(spec.tokenizer), "--tokenizer"), str(Path(spec.tokenizer))
     else:
-        tokenizer, source = next(filter(None, (plugin.tokenizer() for plugin in plugins)), (None, ""))
+        tokenizer, source = next((plugin.tokenizer for plugin in plugins if plugin.tokenizer), (None, ""))
     ids = {} if tokenizer is None else special_token_ids(tokenizer, source, preset.config_class)
     try:
-        config = preset.make_config(recipe.vocab_size if tokenizer is None else len(tokenizer), **{**ids, **overrides})
+        built = preset.make_config(recipe.vocab_size if tokenizer is None else len(tokenizer), **{**ids, **config})
     except ValueError as err:
         raise UsageError(f"model config ({preset.name} with --set {spec.set}): {err}") from None
     for plugin in plugins:
-        plugin.check_config(config, plan)
+        if plugin.check_config is not None:
+            plugin.check_config(built, data)
     if checkpoint is not None:
-        check_resume_config(checkpoint, config)
-    return JointPlan(resolved, checkpoint, plan, overrides, tokenizer, source, plugins)
+        check_resume_config(checkpoint, built)
+    return replace(
+        plan,
+        checkpoint=checkpoint,
+        config=MappingProxyType(config),
+        tokenizer=tokenizer,
+        tokenizer_source=source,
+        plugins=tuple(plugins),
+    )
 
 
 def resumed_value(checkpoint: Path, key: str):
@@ -197,52 +332,49 @@ def resumed_value(checkpoint: Path, key: str):
     return json.loads(path.read_text(encoding="utf-8")).get(key) if path.is_file() else None
 
 
-def train_joint(spec: RunSpec) -> LaserTrainer:
-    """Run one training job of a joint-BPE family; returns the trainer (its ``args.output_dir`` holds the saved
-    model). Raises UsageError (before reading any corpus where it can) on a mistake the user can fix."""
-    checked = check_joint(spec)
-    resolved, checkpoint, plan, plugins = checked.resolved, checked.checkpoint, checked.data, checked.plugins
-    preset, recipe, tokenizer, languages = resolved.preset, resolved.recipe, checked.tokenizer, plan.languages
+def train(plan: RunPlan) -> LaserTrainer:
+    """Run the planned job of a joint-BPE family (``check``'s plan): read the data, build the model and its collator,
+    fit; returns the trainer (its ``args.output_dir`` holds the saved model)."""
+    spec, preset, recipe, checkpoint, data = plan.spec, plan.preset, plan.recipe, plan.checkpoint, plan.data
     run = Run.open(spec, preset, recipe, checkpoint)
     logger.info(
         "languages %s; pivots %s; %d curriculum pairs: %s",
-        languages,
-        plan.pivots,
-        len(plan.pairs),
-        ",".join("-".join(pair) for pair in plan.pairs),
+        data.languages,
+        data.pivots,
+        len(data.pairs),
+        ",".join("-".join(pair) for pair in data.pairs),
     )
 
-    token_report, tokenizer_source = None, checked.tokenizer_source
+    tokenizer, token_report, tokenizer_source = plan.tokenizer, None, plan.tokenizer_source
     if tokenizer is None:
-        tokenizer, token_report = train_joint_bpe(plan, spec.data_dir, recipe, spec.streaming)
+        tokenizer, token_report = train_joint_bpe(data, spec.data_dir, recipe, spec.streaming)
         tokenizer_source = "the trained BPE"
 
     if spec.streaming:
-        dataset = plan_stream(plan, tokenizer, recipe, run.training_args, spec.shuffle_buffer, checkpoint)
+        dataset = plan_stream(data, tokenizer, recipe, run.training_args, spec.shuffle_buffer, checkpoint)
         sampler, groups = None, "streamed"
         run.training_args.ignore_data_skip = True  # the stream state continues the data, not a replay
     else:
-        dataset, sampler = plan_corpus(plan, tokenizer, recipe, run.training_args, spec.data_dir)
+        dataset, sampler = plan_corpus(data, tokenizer, recipe, run.training_args, spec.data_dir)
         groups = f"{len(dataset)} groups"
-    vocabulary, overrides = None, checked.overrides  # a resumed run's restricted vocabulary comes with its checkpoint
-    if resolved.decoder_vocab == "targets" and checkpoint is None:
-        targets = sorted({b for _, b in plan.pairs})
+    vocabulary, values = None, dict(plan.config)  # a resumed run's restricted vocabulary comes with its checkpoint
+    if plan.decoder_vocab == "targets" and checkpoint is None:
+        targets = sorted({b for _, b in data.pairs})
         vocabulary = target_vocabulary(tokenizer, (t for lang in targets for t in dataset.dataset[lang] if t))
-        overrides = {**overrides, "decoder_vocab_size": len(vocabulary)}
+        values["decoder_vocab_size"] = len(vocabulary)
         logger.info(
             "decoder vocabulary: the %d pieces of the %s targets (of %d)", len(vocabulary), targets, len(tokenizer)
         )
-    config = model_config(preset, tokenizer, tokenizer_source, overrides)
+    config = model_config(preset, tokenizer, tokenizer_source, values)
     model = preset.model_class(config) if vocabulary is None else preset.model_class(config, vocabulary)
-    collator = collator_for(model, tokenizer, plan.pairs)
+    collator = collator_for(model, tokenizer, data.pairs)
     # the micro-batches the run reads from the sampler: accelerate's loader fetches one ahead of the last
     micro_batches = spec.max_steps * run.training_args.gradient_accumulation_steps + 1
-    for plugin in plugins:
-        built = Built(model, collator, tokenizer, dataset, plan, checkpoint is not None, sampler, micro_batches)
+    for plugin in plan.plugins:
+        built = Built(model, collator, tokenizer, dataset, data, checkpoint is not None, sampler, micro_batches)
         collator = plugin.attach(built)
-    name = preset.name
-    for plugin in plugins:
-        name = plugin.model_name(name)
+    # the backbone's words first: "ctlaser on multilingual-e5-small, hard-negative batches"
+    name = (spec.model if plan.warm else preset.name) + "".join(p.describes for p in reversed(plan.plugins))
     logger.info(
         "%s: %.1fM parameters, %s, %s micro-batches/epoch/rank, accumulation %d, batching=%s, language table %s; "
         "training %d updates",
@@ -260,15 +392,15 @@ def train_joint(spec: RunSpec) -> LaserTrainer:
         if token_report is not None:
             write_token_report(token_report, run.out)
         run.record["data"] = {
-            "corpora": [source.spec for source in plan.sources],
-            "languages": languages,
-            "pivots": plan.pivots,
-            "pairs": ["-".join(pair) for pair in plan.pairs],
+            "corpora": [source.spec for source in data.sources],
+            "languages": data.languages,
+            "pivots": data.pivots,
+            "pairs": ["-".join(pair) for pair in data.pairs],
             "streaming": spec.streaming,
         }
         run.write_record()
     callbacks = [StreamStateCallback(dataset)] if spec.streaming else []
-    options = {key: value for plugin in plugins for key, value in plugin.fit_options().items()}
+    options = {key: value for plugin in plan.plugins for key, value in plugin.fit_options.items()}
     return run.fit(
         model,
         dataset,
@@ -276,7 +408,7 @@ def train_joint(spec: RunSpec) -> LaserTrainer:
         sampler,
         callbacks=callbacks,
         tokenizer=tokenizer,
-        freeze_encoder_steps=resolved.freeze_encoder_steps,
-        encoder_lr=resolved.encoder_lr,
+        freeze_encoder_steps=plan.freeze_encoder_steps,
+        encoder_lr=plan.encoder_lr,
         **options,
     )

@@ -1,6 +1,6 @@
 """The presets of every ``--model`` at every size (``paper``: Table 1 sizes and the fairseq recipe; ``small``;
 ``tiny``: a few CPU minutes), built from the family registry: each family declares its members, sizes, recipes and
-data path as plain data in its folder (``hf_tlaser/models/<folder>/family.py``, ``Presets``), and here they become
+training module as plain data in its folder (``hf_tlaser/models/<folder>/family.py``, ``Presets``), and here they become
 ``Preset``s (config class and kwargs, trained class, ``Recipe``; cNV's NMT pair, ``NMTPreset``). Also the warm-start
 recipe (``--init-from``) and the members of each capability."""
 
@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from transformers import PretrainedConfig
 
-from hf_tlaser.models.family import Family
+from hf_tlaser.models.family import JOINT_TRAINING, Family
 from hf_tlaser.models.registry import FAMILIES
 
 SIZES = ("paper", "small", "tiny")
@@ -113,8 +113,8 @@ WARM_FREEZE_UPDATES = 0
 @dataclass(frozen=True)
 class Member:
     """A ``--model``: its family (``hf_tlaser.models.registry``; its ``presets`` hold the member's sizes, recipes and
-    data path) and the config values that make it this member (``variant``: cT-LASER's distance constraint, LASER's
-    depth)."""
+    training module) and the config values that make it this member (``variant``: cT-LASER's distance constraint,
+    LASER's depth)."""
 
     name: str
     family: Family
@@ -146,7 +146,7 @@ def members(capability: str) -> tuple[str, ...]:
     return tuple(name for name, member in MEMBERS.items() if getattr(member.family, capability))
 
 
-JOINT_BPE = tuple(name for name, member in MEMBERS.items() if member.family.presets.data_path == "joint")
+JOINT_BPE = tuple(name for name, member in MEMBERS.items() if member.family.presets.training == JOINT_TRAINING)
 """The families trained on one joint BPE (``hf_tlaser.training.joint``); cnv trains over its NMT pair's own
 tokenizers."""
 DECODER_VOCAB_MEMBERS = members("decoder_vocab")

@@ -1,5 +1,5 @@
 """``RunSpec``: one training run as a typed object, what ``hf-tlaser train`` turns its flags into and what every
-family's training reads (``hf_tlaser.training.families.train``) once ``resolve`` has decided its defaults; its
+family's training reads (``hf_tlaser.training.resolve.train``) once ``resolve`` has decided its defaults; its
 ``--set`` values.
 Each field declares the families (``--model``) that take its flag (``flag``: the field metadata the parser's help
 reads too); ``RunSpec.check_families`` refuses a flag that the run's family does not take.

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
@@ -50,7 +49,7 @@ from hf_tlaser.models.common.pooling import (
 )
 from hf_tlaser.models.registry import FAMILIES
 from hf_tlaser.tokenization import MODEL_INPUT_NAMES
-from hf_tlaser.training.resolve import Built, Plugin, Resolved
+from hf_tlaser.training.resolve import Built, Plugin, RunPlan
 from hf_tlaser.training.spec import INIT_HINT
 from hf_tlaser.training.student import freeze_bottom, keep_layers, member_backbone_weights, student_layers
 
@@ -62,7 +61,6 @@ UNK_WARNING = 0.05
 """Share of ``<unk>`` pieces in a language's text above which the backbone's tokenizer is said to miss it."""
 """sentence-transformers pooling modes the members can reproduce."""
 SPECIAL_TOKENS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
-DECODER_SPECIALS = ("pad_token", "eos_token", "unk_token", "cls_token", "bos_token")
 """The special tokens a decoder reads or writes (not ``<mask>``, often the last id)."""
 PROMPT_ENTRY = "PROMPT"
 """Name of the prompt's entry in the saved tokenizer's template."""
@@ -304,22 +302,6 @@ def backbone_overrides(backbone: Backbone, pooling: str, overrides: dict) -> dic
     }
 
 
-def target_vocabulary(tokenizer: PreTrainedTokenizerFast, texts: Iterable[str]) -> torch.LongTensor:
-    """The decoder's restricted vocabulary: every piece of ``texts`` (the training targets) and every id up to the
-    largest special token's (so that pad, ``</s>``, ``<unk>`` and the start token keep their ids), sorted."""
-    special = max(getattr(tokenizer, f"{name}_id") for name in DECODER_SPECIALS if getattr(tokenizer, name, None))
-    keep = set(range(special + 1))
-    batch: list[str] = []
-    for text in texts:
-        batch.append(text)
-        if len(batch) == 4096:
-            keep.update(i for ids in tokenizer(batch, add_special_tokens=False)["input_ids"] for i in ids)
-            batch = []
-    if batch:
-        keep.update(i for ids in tokenizer(batch, add_special_tokens=False)["input_ids"] for i in ids)
-    return torch.tensor(sorted(keep), dtype=torch.long)
-
-
 def unk_rates(tokenizer: PreTrainedTokenizerFast, texts_by_language: dict[str, list[str]]) -> dict[str, float]:
     """Share of ``<unk>`` pieces in each language's texts; a warning for each one above ``UNK_WARNING``."""
     rates = {}
@@ -343,14 +325,17 @@ class WarmStart(Plugin):
     run's), its weights copied into the built model (a fresh run's), the ``<unk>`` share of each language, and the
     saved weights' dtype."""
 
-    def __init__(self, backbone: Backbone, resolved: Resolved) -> None:
-        self.backbone, self.spec = backbone, resolved.spec
+    def __init__(self, backbone: Backbone, plan: RunPlan) -> None:
+        self.backbone, self.spec = backbone, plan.spec
+        logger.info("--init-from: %s", backbone.describe())
+        self.config = backbone_overrides(backbone, plan.pooling, plan.config)
+        self.tokenizer = backbone.tokenizer, f"--init-from {plan.spec.init_from}"
+        self.fit_options = {"save_dtype": backbone.stored_dtype}
+        self.describes = f" on {backbone.name}"
 
     @classmethod
-    def check(cls, resolved: Resolved) -> WarmStart | None:
-        spec = resolved.spec
-        if not resolved.warm:
-            return None
+    def check(cls, plan: RunPlan) -> WarmStart:
+        spec = plan.spec
         backbone = check_backbone(spec.init_from, spec.model, spec.tokenizer, layers=spec.init_layers)
         depth = backbone.config.num_hidden_layers
         if spec.freeze_layers is not None and not 0 <= spec.freeze_layers < depth:
@@ -358,14 +343,7 @@ class WarmStart(Plugin):
                 f"--freeze-layers {spec.freeze_layers}: give 0 to {depth - 1} (the encoder has {depth} layers; at "
                 "least the top one trains)"
             )
-        return cls(backbone, resolved)
-
-    def configure(self, resolved: Resolved, overrides: dict) -> dict:
-        logger.info("--init-from: %s", self.backbone.describe())
-        return backbone_overrides(self.backbone, resolved.pooling, overrides)
-
-    def tokenizer(self) -> tuple[PreTrainedTokenizerBase, str]:
-        return self.backbone.tokenizer, f"--init-from {self.spec.init_from}"
+        return cls(backbone, plan)
 
     def attach(self, built: Built):
         if not built.resumed:
@@ -382,12 +360,6 @@ class WarmStart(Plugin):
             )
         if not self.spec.streaming:
             texts = built.dataset.dataset
-            samples = {lang: list(islice(filter(None, texts[lang]), UNK_SAMPLE)) for lang in built.plan.languages}
+            samples = {lang: list(islice(filter(None, texts[lang]), UNK_SAMPLE)) for lang in built.data.languages}
             unk_rates(built.tokenizer, samples)
         return built.collator
-
-    def fit_options(self) -> dict:
-        return {"save_dtype": self.backbone.stored_dtype}
-
-    def model_name(self, name: str) -> str:
-        return f"{self.spec.model} on {self.backbone.name}"

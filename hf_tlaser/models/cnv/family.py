@@ -145,6 +145,6 @@ FAMILY = Family(
     display_name=display_name,
     vector_size=lambda config: CNVConfig.from_dict(config).embedding_size,
     per_language=True,
-    presets=Presets(members={"cnv": {}}, sizes=SIZES, recipes=RECIPES, nmt=NMT, data_path="nmt"),
+    presets=Presets(members={"cnv": {}}, sizes=SIZES, recipes=RECIPES, nmt=NMT, training="hf_tlaser.training.cnv"),
     card=CardSection(("cnv", "bilingual", "translation-encoders"), summary, card_rows, CITATION),
 )

@@ -29,6 +29,10 @@ COMMANDS = {
         "hf_tlaser.inference.mine:main",
         "mine parallel sentences from two text files with LASER's margin (TSV + score histogram)",
     ),
+    "mine-pipeline": (
+        "hf_tlaser.inference.pipeline:main",
+        "mine as stages on disk (train, populate, search, mine), each stage's tasks as local or Slurm jobs",
+    ),
     "export": (
         "hf_tlaser.backend.export:main",
         "write ONNX / OpenVINO (optionally int8) files into a model folder for sentence-transformers' backend=",

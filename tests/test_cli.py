@@ -28,7 +28,7 @@ def test_unknown_command(capsys):
     assert captured.out == ""
     assert captured.err.strip().splitlines() == [
         "hf-tlaser: unknown command 'trian'; choose from train-tokenizer, train, add-language, evaluate, "
-        "teacher-vectors, push, embed, mine, export, merge, env"
+        "teacher-vectors, push, embed, mine, mine-pipeline, export, merge, env"
     ]
 
 

@@ -400,7 +400,7 @@ def test_a_malformed_backends_json_is_ignored_with_a_warning(tlaser_folder, tmp_
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ("HNSW8", "faiss cannot run it as the search does"),
+        ("HNSW8", "graph indexes (IndexHNSWFlat; HNSW, NSG) are not supported"),
         ("IDMap,Flat", "faiss cannot run it as the search does"),
         ("IVF4096,Flat", "4096 inverted lists need at least as many rows to train on, the database has"),
     ],
@@ -627,7 +627,12 @@ def test_mine_with_a_model_keeps_its_embeddings_beside_the_output(tlaser_folder,
     args = ["mine", "--src", str(tmp_path / "src.txt"), "--tgt", str(tmp_path / "tgt.txt"), "--threads", "1"]
     assert hf_tlaser_main([*args, "--model", str(tlaser_folder), "--output", str(output), "--precision", "fp32"]) == 0
     assert [path.parent for path in outputs] == [left, left]
-    assert sorted(p.name for p in output.parent.iterdir()) == ["pairs.png", "pairs.tsv"]
+    assert sorted(p.name for p in output.parent.iterdir()) == [
+        "pairs.lines.tsv",
+        "pairs.png",
+        "pairs.summary.json",
+        "pairs.tsv",
+    ]
 
 
 def test_each_text_file_is_read_once_by_mine_and_twice_by_embed(tlaser_folder, tmp_path, monkeypatch):

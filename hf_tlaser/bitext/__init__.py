@@ -1,11 +1,15 @@
-"""The bitext layer: what evaluation (xsim, BUCC F1) and mining (``hf-tlaser mine``) share, below both.
+"""The bitext layer: what evaluation (xsim, BUCC F1) and mining (``hf-tlaser mine``, ``mine-pipeline``) share, below
+both.
 
 - :mod:`~hf_tlaser.bitext.knn`: exact kNN of matrices in memory (faiss, torch, sparse) and the faiss loader;
 - :mod:`~hf_tlaser.bitext.index`: kNN of memory-mapped vectors at any size (exact or compressed faiss indexes,
   sharded to a memory budget, on GPU when faiss sees one);
 - :mod:`~hf_tlaser.bitext.margin`: LASER's margin scores of kNN lists;
 - :mod:`~hf_tlaser.bitext.select`: the retrieval modes, each sentence used once, the threshold;
-- :mod:`~hf_tlaser.bitext.mining`: the two put together (:func:`mine` in memory, :func:`mine_vectors` on disk);
+- :mod:`~hf_tlaser.bitext.mining`: the two put together (:func:`mine` in memory, :func:`mine_vectors` on disk,
+  :func:`select_mined` from kNN lists);
+- :mod:`~hf_tlaser.bitext.filters`: the filters of mined pairs (language identification, lengths, score cap,
+  near-duplicates, thresholds by language pair), pure masks;
 - :mod:`~hf_tlaser.bitext.texts`: a text file read and checked once (lines and SHA-256), the one TSV writer.
 """
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -118,12 +118,32 @@ TRIAL_ROWS = 8
 """Rows a trained (or training-free) index is built and searched with before the real work."""
 
 
+def graph_index(index) -> str | None:
+    """The class name of the graph index (HNSW, NSG) ``index`` is or wraps (a pre-transform, an id map, a refine
+    stage), else ``None``. An IVF index whose coarse quantizer is a graph (``IVF65536_HNSW32,PQ48``) is no graph."""
+    faiss = require_faiss()
+    while index is not None:
+        index = faiss.downcast_index(index)
+        if isinstance(index, faiss.IndexHNSW | faiss.IndexNSG):
+            return type(index).__name__
+        index = getattr(index, "index", None) or getattr(index, "base_index", None)
+    return None
+
+
 def check_index(spec: str, rows: int, dim: int) -> None:
-    """``UsageError`` unless the search can run ``spec`` on a database of ``rows`` vectors: faiss builds it, it has
-    no more inverted lists than rows to train them on, it gives its code size (the shard size needs it), and, where
-    it needs no training, it adds and searches ``TRIAL_ROWS`` random vectors."""
+    """``UsageError`` unless the search can run ``spec`` on a database of ``rows`` vectors: faiss builds it, it is
+    no graph index (:func:`graph_index`), it has no more inverted lists than rows to train them on, it gives its code
+    size (the shard size needs it), and, where it needs no training, it adds and searches ``TRIAL_ROWS`` random
+    vectors."""
     faiss = require_faiss()
     index = make_index(spec, dim)
+    graph = graph_index(index)
+    if graph is not None:
+        raise UsageError(
+            f"--index {spec!r}: graph indexes ({graph}; HNSW, NSG) are not supported: the search cuts the database "
+            "into shards by a fixed code size per vector, which a graph's links do not have; give Flat (exact) or an "
+            "inverted file such as IVF4096,PQ48 (a graph as its coarse quantizer is fine: IVF65536_HNSW32,PQ48)"
+        )
     ivf = faiss.try_extract_index_ivf(index)
     if ivf is not None and ivf.nlist > rows:
         lists = 2 ** max(0, round(math.log2(max(1.0, math.sqrt(rows)))))
@@ -202,25 +222,51 @@ def search(queries: Rows, database: Rows, k: int, plan: SearchPlan) -> tuple[np.
 
 def _search(queries: Rows, database: Rows, k: int, plan: SearchPlan, spec: str) -> tuple[np.ndarray, np.ndarray]:
     faiss = require_faiss()
-    trained = make_index(spec, database.dim)
-    exact = spec == "Flat"
-    k = min(k, len(database))
-    wanted = k if exact else min(k * plan.refine, len(database))
-    train(trained, database, plan)
-    ivf = faiss.try_extract_index_ivf(trained)
-    if ivf is not None:
-        ivf.nprobe = plan.nprobe  # clones (and GPU copies) keep it
+    trained = trained_index(database, plan, spec)
     gpu = use_gpu(plan.device)
     per_shard = shard_rows(trained, plan.index_memory)
+    k, wanted = candidates(k, len(database), spec, plan)
+
+    def shards() -> Iterator[tuple[int, int, object]]:
+        for start in range(0, len(database), per_shard):
+            stop = min(start + per_shard, len(database))
+            index = faiss.clone_index(trained)
+            if gpu:
+                index = faiss.index_cpu_to_all_gpus(index)
+            for _, block in database.blocks(plan.batch_size, start, stop):
+                index.add(block)
+            yield start, stop, index
+            del index  # one shard's index in memory at a time (search_shards drops its own reference)
+
+    sims, ids = search_shards(queries, shards(), wanted, plan, spec)
+    return rescore(queries, database, sims, ids, k, plan, spec)
+
+
+def trained_index(database: Rows, plan: SearchPlan, spec: str):
+    """The empty index of ``spec`` for ``database``, trained on its sample (:func:`train`), with ``plan.nprobe``."""
+    trained = make_index(spec, database.dim)
+    train(trained, database, plan)
+    ivf = require_faiss().try_extract_index_ivf(trained)
+    if ivf is not None:
+        ivf.nprobe = plan.nprobe  # clones (and GPU copies) keep it
+    return trained
+
+
+def candidates(k: int, rows: int, spec: str, plan: SearchPlan) -> tuple[int, int]:
+    """``(k, candidates searched)`` for a database of ``rows``: an approximate index returns ``refine x k`` candidates,
+    re-scored exactly (:func:`rescore`)."""
+    k = min(k, rows)
+    return k, k if spec == "Flat" else min(k * plan.refine, rows)
+
+
+def search_shards(
+    queries: Rows, shards: Iterable[tuple[int, int, object]], wanted: int, plan: SearchPlan, spec: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """The ``wanted`` best ``(sims, ids)`` of every query over database shards ``(start, stop, index)`` (an index of
+    the rows ``[start, stop)``), queries searched in blocks of ``plan.batch_size``, lists merged shard after shard."""
     sims = np.full((len(queries), wanted), -np.inf, dtype=np.float32)
     ids = np.full((len(queries), wanted), -1, dtype=np.int64)
-    for start in range(0, len(database), per_shard):
-        stop = min(start + per_shard, len(database))
-        index = faiss.clone_index(trained)
-        if gpu:
-            index = faiss.index_cpu_to_all_gpus(index)
-        for _, block in database.blocks(plan.batch_size, start, stop):
-            index.add(block)
+    for start, stop, index in shards:
         for offset, block in queries.blocks(plan.batch_size):
             block_sims, block_ids = index.search(block, min(wanted, stop - start))
             block_ids = np.where(block_ids >= 0, block_ids + start, -1)
@@ -228,7 +274,15 @@ def _search(queries: Rows, database: Rows, k: int, plan: SearchPlan, spec: str) 
             sims[rows], ids[rows] = merge_top_k(sims[rows], ids[rows], block_sims, block_ids, wanted)
         del index
         logger.info("searched %s database rows %d-%d with %d queries", spec, start, stop, len(queries))
-    if not exact:
+    return sims, ids
+
+
+def rescore(
+    queries: Rows, database: Rows, sims: np.ndarray, ids: np.ndarray, k: int, plan: SearchPlan, spec: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """The k best of the candidate lists: as they are for ``Flat``, else by their exact cosines."""
+    if spec != "Flat":
+        wanted = ids.shape[1]
         for offset, block in queries.blocks(max(1, plan.batch_size // wanted)):
             rows = slice(offset, offset + len(block))
             rescored = exact_cosines(block, database, ids[rows])

@@ -79,12 +79,28 @@ def mine_vectors(
     """Mine ``src`` against ``tgt``: kNN both ways, LASER's margin, the retrieval mode, each sentence used once."""
     plan = plan or SearchPlan()
     started = time.perf_counter()
-    fwd_sim, fwd_ids = search(src, tgt, k, plan)
-    bwd_sim, bwd_ids = search(tgt, src, k, plan)
-    fwd, bwd = margin_scores(fwd_sim, fwd_ids, bwd_sim, bwd_ids, margin)
+    lists = (*search(src, tgt, k, plan), *search(tgt, src, k, plan))
+    mined = select_mined(lists, margin=margin, retrieval=retrieval, threshold=threshold)
+    logger.info(
+        "mined %d pairs (%d above the threshold) in %.1fs", len(mined.scores), mined.kept, time.perf_counter() - started
+    )
+    return mined
+
+
+def select_mined(
+    lists: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    *,
+    margin: str = "ratio",
+    retrieval: str = "max",
+    threshold: float | None = None,
+) -> Mined:
+    """The pairs of the kNN lists of both directions (``fwd_sim, fwd_ids, bwd_sim, bwd_ids``: every source's
+    nearest targets, every target's nearest sources): LASER's margin, the retrieval mode, each sentence used once,
+    best first; ``kept`` counts those above ``threshold``. What :func:`mine_vectors` and the staged pipeline's
+    ``mine`` stage (``hf_tlaser.inference.stages``) both do with their lists."""
+    fwd, bwd = margin_scores(*lists, margin)
     scores, src_ids, tgt_ids = select_pairs(fwd, bwd, retrieval, one_to_one=True)
     kept = len(scores) if threshold is None else int(np.sum(scores > threshold))
-    logger.info("mined %d pairs (%d above the threshold) in %.1fs", len(scores), kept, time.perf_counter() - started)
     return Mined(scores, src_ids, tgt_ids, kept)
 
 

@@ -5,6 +5,7 @@
 and the SHA-256 of its (decompressed) bytes, which ``hf-tlaser embed`` records as its input's. A tab or a
 line-breaking character inside a text (``\\r``, U+2028, U+2029, U+0085, ...: :data:`TSV_BREAKS`) is written as a
 space by :func:`write_tsv`, so every row has three columns; the texts changed so are counted and logged.
+:func:`write_lines` writes, in the same format, where each pair's texts are in the files read.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import hashlib
 import logging
 import os
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,3 +79,9 @@ def write_tsv(rows: Iterable[tuple[float, str, str]], path: Path) -> int:
     if changed:
         logger.warning("%d texts held tabs or line breaks, written as spaces in %s", changed, path)
     return changed
+
+
+def write_lines(scores: Sequence[float], src_lines: Sequence[int], tgt_lines: Sequence[int], path: Path) -> None:
+    """Write ``score<TAB>source line<TAB>target line`` (0-based line numbers in the two text files) atomically, as
+    :func:`write_tsv` writes the pairs: line n describes line n of their TSV."""
+    write_tsv(((score, str(i), str(j)) for score, i, j in zip(scores, src_lines, tgt_lines)), path)

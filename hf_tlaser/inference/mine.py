@@ -20,6 +20,12 @@ largest size, and the ``--index`` string is built on a sample (or refused, e.g. 
 ``--model``, for the vector width its files state, before it loads). With ``--model``, the two embeddings files are
 written in ``OUTPUT.embeddings.tmp/`` beside the output (removed at the end, and by the next run on the output when a
 killed run left it).
+
+Filters (``--max-score``, ``--min-chars``/``--max-chars``, ``--max-length-ratio``, ``--lid``, ``--dedup-normalised``;
+:mod:`hf_tlaser.bitext.filters`) remove pairs above the threshold, each counted in the log and the summary; with none
+the TSV is what it was without them. ``--thresholds FILE`` takes the threshold of the language pair ``--src-lang``-
+``--tgt-lang`` from a file. Beside the TSV: ``OUTPUT.lines.tsv`` (score and 0-based line numbers of both sides, one
+line per TSV line) and ``OUTPUT.summary.json`` (the counts of every step, the arguments, the inputs' SHA-256).
 """
 
 from __future__ import annotations
@@ -27,85 +33,74 @@ from __future__ import annotations
 import argparse
 import logging
 import math
-import os
 import shutil
 import sys
 from pathlib import Path
 
 import numpy as np
 
+from hf_tlaser.bitext.filters import Filters, apply_filters, build_filters, run_threshold
 from hf_tlaser.bitext.index import EXACT_MAX_ROWS, Rows, SearchPlan, check_index, require_faiss
 from hf_tlaser.bitext.margin import MARGINS
 from hf_tlaser.bitext.mining import Mined, mine_vectors
-from hf_tlaser.bitext.select import DEFAULT_THRESHOLDS, RETRIEVALS, unique_rows
-from hf_tlaser.bitext.texts import Texts, read_texts, write_tsv
+from hf_tlaser.bitext.select import RETRIEVALS, unique_rows
+from hf_tlaser.bitext.texts import Texts, read_texts, write_lines, write_tsv
 from hf_tlaser.commands import run_command
 from hf_tlaser.encoders import vector_width
+from hf_tlaser.encoders.vectors import save_json
 from hf_tlaser.errors import UsageError
 from hf_tlaser.guards import OutputLock, check_space, check_writable, write_failed
 from hf_tlaser.hardware import PRECISIONS
 from hf_tlaser.inference import embed
+from hf_tlaser.inference.histogram import plot_histogram
 from hf_tlaser.inference.store import check_compatible, first_non_finite, read_embeddings
 
 logger = logging.getLogger(__name__)
 
 
-def histogram_title(margin: str, k: int, threshold: float | None, kept: int, total: int) -> str:
-    """What a margin score means, for the histogram's title."""
-    meaning = {
-        "ratio": f"cos(x, y) / mean cosine of x's and y's {k} nearest neighbours;\n1 = no closer than the "
-        "neighbours, higher = stands out more",
-        "distance": f"cos(x, y) - mean cosine of x's and y's {k} nearest neighbours: 0 = no closer than the neighbours",
-        "absolute": "cosine of the two sentences' embeddings",
-    }[margin]
-    cut = "no threshold" if threshold is None else f"{kept:,} of {total:,} pairs above {threshold:g} are written"
-    return f"{margin} margin = {meaning}\n{cut}"
+def kept_pairs(
+    mined: Mined, src: Rows, tgt: Rows, keep: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Scores and line numbers (0-based, of the first occurrence) of the pairs above the threshold, best first; with
+    ``keep``, a mask over them, those it marks."""
+    above = slice(mined.kept)
+    pairs = mined.scores[above], src.rows[mined.src[above]], tgt.rows[mined.tgt[above]]
+    return pairs if keep is None else (pairs[0][keep], pairs[1][keep], pairs[2][keep])
 
 
-def plot_histogram(mined: Mined, path: Path, margin: str, k: int, threshold: float | None) -> None:
-    """A histogram (PNG) of the mined pairs' scores, the threshold marked; written atomically."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(9, 4.5))
-    scores = np.asarray(mined.scores, dtype=np.float64)
-    span = None
-    if len(scores) and scores.max() - scores.min() < 1e-6:  # equal scores: numpy cannot cut 100 bins of float32 ulps
-        span = (scores.min() - 1e-3, scores.max() + 1e-3)
-    ax.hist(scores, bins=100, range=span, color="tab:blue")
-    if threshold is not None:
-        ax.axvline(threshold, color="tab:red", linestyle="--", label=f"threshold {threshold:g}")
-        ax.legend()
-    ax.set_xlabel(f"{margin} margin score of a mined pair")
-    ax.set_ylabel("pairs")
-    ax.set_yscale("log")
-    ax.set_title(histogram_title(margin, k, threshold, mined.kept, len(mined.scores)), fontsize=9)
-    fig.tight_layout()
-    tmp = path.with_name(path.name + ".tmp.png")
-    try:
-        fig.savefig(tmp, dpi=110)
-        os.replace(tmp, path)
-    finally:
-        plt.close(fig)
-        tmp.unlink(missing_ok=True)
-
-
-def write_pairs(mined: Mined, path: Path, src_texts: list[str], tgt_texts: list[str], src: Rows, tgt: Rows) -> int:
-    """The TSV of the pairs above the threshold, best first (:func:`~hf_tlaser.bitext.texts.write_tsv`: atomic,
-    tabs and line breaks as spaces); the number of texts whose tabs or line breaks were so written."""
-    kept = slice(mined.kept)
-    rows = zip(mined.scores[kept], src.rows[mined.src[kept]], tgt.rows[mined.tgt[kept]])
+def write_pairs(
+    mined: Mined,
+    path: Path,
+    src_texts: list[str],
+    tgt_texts: list[str],
+    src: Rows,
+    tgt: Rows,
+    keep: np.ndarray | None = None,
+) -> int:
+    """The TSV of the pairs above the threshold (those ``keep`` marks), best first
+    (:func:`~hf_tlaser.bitext.texts.write_tsv`: atomic, tabs and line breaks as spaces); the number of texts whose tabs
+    or line breaks were so written."""
+    rows = zip(*kept_pairs(mined, src, tgt, keep))
     return write_tsv(((score, src_texts[i], tgt_texts[j]) for score, i, j in rows), path)
 
 
-def check_outputs(output: Path, histogram: Path, overwrite: bool) -> None:
-    """``UsageError`` when an output exists (without ``overwrite``), is a folder, or its folder does not exist or
-    cannot be written (:func:`~hf_tlaser.guards.check_writable`)."""
-    if output.resolve() == histogram.resolve():
-        raise UsageError(f"--histogram {histogram}: the same file as --output; give another path")
-    for argument, path in (("--output", output), ("--histogram", histogram)):
+def side_outputs(output: Path) -> tuple[Path, Path]:
+    """``OUTPUT.lines.tsv`` and ``OUTPUT.summary.json`` (``OUTPUT`` without its suffix): the pairs' line numbers, and
+    the counts, threshold, inputs and arguments of the run."""
+    return output.with_suffix(".lines.tsv"), output.with_suffix(".summary.json")
+
+
+def check_outputs(output: Path, histogram: Path, overwrite: bool, others: tuple[tuple[str, Path], ...] = ()) -> None:
+    """``UsageError`` when an output (``others``: more ``(argument, path)``) exists (without ``overwrite``), is
+    another's file or a folder, or its folder does not exist or cannot be written
+    (:func:`~hf_tlaser.guards.check_writable`)."""
+    outputs = (("--output", output), ("--histogram", histogram), *others)
+    seen: dict[Path, str] = {}
+    for argument, path in outputs:
+        first = seen.setdefault(path.resolve(), argument)
+        if first != argument:
+            raise UsageError(f"{argument} {path}: the same file as {first}; give another path")
+    for argument, path in outputs:
         if path.exists() and not overwrite and not path.is_dir():
             raise UsageError(f"{argument} {path}: exists; choose another path or give --overwrite")
         check_writable(path, argument)
@@ -145,8 +140,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hf-tlaser mine",
         description="Mine parallel sentences from two monolingual text files with LASER's margin score. Writes "
-        "score<TAB>source<TAB>target, best first, and a histogram of the scores (see docs/embed_and_mine.md).",
+        "score<TAB>source<TAB>target, best first, a histogram of the scores, the pairs' line numbers "
+        "(OUTPUT.lines.tsv) and the counts (OUTPUT.summary.json); see docs/embed_and_mine.md.",
     )
+    parser.set_defaults(command=parser.prog)  # the summary's "command"
     inputs = parser.add_argument_group("inputs")
     inputs.add_argument("--src", type=Path, required=True, help="source text file, one sentence per line (or .gz)")
     inputs.add_argument("--tgt", type=Path, required=True, help="target text file, one sentence per line (or .gz)")
@@ -200,6 +197,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def add_filter_arguments(parser: argparse.ArgumentParser) -> None:
+    """The filters' options (:func:`filters_from_args`), off by default."""
+    group = parser.add_argument_group("filters of the pairs above the threshold, in this order (default: off)")
+    group.add_argument("--max-score", type=float, help="drop pairs scoring above this (stopes: 1.25, ratio margin)")
+    group.add_argument("--min-chars", type=int, default=0, help="drop pairs with a side of fewer characters")
+    group.add_argument("--max-chars", type=int, help="drop pairs with a side of more characters")
+    group.add_argument(
+        "--max-length-ratio", type=float, help="drop pairs whose longer side has more times the shorter's characters"
+    )
+    group.add_argument("--lid", action="store_true", help="keep pairs whose sides py3langid identifies as --*-lang")
+    group.add_argument("--dedup-normalised", action="store_true", help="keep the best pair of each normalised text")
+    group.add_argument("--src-lang", help="--src's language for --lid and --thresholds (ISO 639-1, e.g. de)")
+    group.add_argument("--tgt-lang", help="--tgt's language (ISO 639-1, e.g. en)")
+    group.add_argument(
+        "--thresholds", type=Path, help='JSON/YAML file {"de-en": 1.06, "default": 1.04}: --threshold by language pair'
+    )
+
+
 def check_args(args: argparse.Namespace) -> None:
     """Cheap checks of the arguments, before any file is read."""
     embeddings = (args.src_embeddings is not None, args.tgt_embeddings is not None)
@@ -214,6 +229,17 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError(f"--threshold {args.threshold}: give a finite score (e.g. 1.04 for the ratio margin)")
     if args.batch_size < 1 or args.index_memory <= 0 or args.train_size < 0:
         raise UsageError("--batch-size and --index-memory must be positive, --train-size at least 0")
+
+
+def filters_from_args(args: argparse.Namespace) -> tuple[Filters, tuple[float, str]]:
+    """The filters and the threshold (and where it comes from) that the arguments ask for, checked before the texts
+    are read (:func:`~hf_tlaser.bitext.filters.build_filters`, :func:`~hf_tlaser.bitext.filters.run_threshold`)."""
+    langs = args.src_lang, args.tgt_lang
+    threshold = run_threshold(args.threshold, args.thresholds, args.margin, langs)
+    limits = dict(min_chars=args.min_chars, max_chars=args.max_chars, max_length_ratio=args.max_length_ratio)
+    return build_filters(
+        args.max_score, **limits, languages=langs, lid=args.lid, dedup=args.dedup_normalised
+    ), threshold
 
 
 def search_plan(args: argparse.Namespace) -> SearchPlan:
@@ -237,14 +263,42 @@ def check_indexes(plan: SearchPlan, rows: tuple[int, int], dim: int) -> None:
         check_index(plan.spec(count, dim), count, dim)
 
 
+def run_summary(
+    args: argparse.Namespace,
+    texts: tuple[Texts, Texts],
+    rows: tuple[np.ndarray, np.ndarray],
+    mined: Mined,
+    removed: dict[str, int | None],
+    threshold: tuple[float, str],
+) -> dict:
+    """``OUTPUT.summary.json`` of a run but the texts written with spaces: the counts of every step (``removed``:
+    by each filter, ``None`` where off), the threshold, the inputs' SHA-256, the arguments."""
+    counts, inputs = {}, {}
+    for side, text, unique in zip(("src", "tgt"), texts, rows):
+        counts.update({f"{side}_lines": len(text.lines), f"{side}_unique_lines": len(unique)})
+        inputs[side] = {"path": str(getattr(args, side)), "sha256": text.sha256}
+    written = mined.kept - sum(count or 0 for count in removed.values())
+    counts.update(pairs_scored=len(mined.scores), above_threshold=mined.kept, removed=removed, written=written)
+    return {
+        "command": args.command,
+        "counts": counts,
+        "threshold": {"value": threshold[0], "from": threshold[1]},
+        "inputs": inputs,
+        "lines_file": "score, source line, target line: 0-based line numbers in --src and --tgt (an identical "
+        "line's first occurrence), one line per line of the TSV",
+        "arguments": {key: str(value) if isinstance(value, Path) else value for key, value in vars(args).items()},
+    }
+
+
 def run(
     args: argparse.Namespace,
     texts: tuple[Texts, Texts],
     rows: tuple[np.ndarray, np.ndarray],
     embeddings: tuple[list[str], list[str]],
-) -> tuple[int, int, int]:
-    """Mine the texts of both sides (``rows``: the lines mined, ``unique_rows``) with their embeddings files;
-    ``(pairs written, pairs scored, texts whose tabs or line breaks were written as spaces)``."""
+    filters: tuple[Filters, tuple[float, str]],
+) -> dict:
+    """Mine the texts of both sides (``rows``: the lines mined, ``unique_rows``) with their embeddings files, filter
+    the pairs above the threshold (``filters``: :func:`filters_from_args`) and write the outputs; the summary."""
     src_array, src_meta = load_side(args.src, texts[0], embeddings[0], "src")
     tgt_array, tgt_meta = load_side(args.tgt, texts[1], embeddings[1], "tgt")
     check_compatible(src_meta, tgt_meta, "--src-embeddings/--tgt-embeddings")
@@ -253,24 +307,54 @@ def run(
     plan = search_plan(args)
     check_indexes(plan, (len(src), len(tgt)), src.dim)  # a bad --index is refused before any search
     largest = sum(len(text.encode()) + 1 for text in src_texts) + sum(len(text.encode()) + 1 for text in tgt_texts)
-    check_space(args.output.parent, largest + 12 * min(len(src), len(tgt)), f"--output {args.output}", "the TSV")
-    threshold = DEFAULT_THRESHOLDS[args.margin] if args.threshold is None else args.threshold
-    logger.info(
-        "mining %d unique source lines (of %d) against %d unique target lines (of %d)",
-        len(src),
-        len(src_texts),
-        len(tgt),
-        len(tgt_texts),
-    )
+    needed = largest + 40 * min(len(src), len(tgt))  # the TSV, and the lines file's scores and line numbers
+    check_space(args.output.parent, needed, f"--output {args.output}", "the TSV")
+    threshold = filters[1][0]
+    counts = len(src), len(src_texts), len(tgt), len(tgt_texts)
+    logger.info("mining %d unique source lines (of %d) against %d unique target lines (of %d)", *counts)
     mined = mine_vectors(
         src, tgt, k=args.neighbours, margin=args.margin, retrieval=args.retrieval, threshold=threshold, plan=plan
     )
+    return write_outputs(args, texts, (src, tgt), mined, filters)
+
+
+def write_outputs(
+    args: argparse.Namespace,
+    texts: tuple[Texts, Texts],
+    sides: tuple[Rows, Rows],
+    mined: Mined,
+    filters: tuple[Filters, tuple[float, str]],
+) -> dict:
+    """Filter the pairs above the threshold and write the TSV, the lines file, the histogram and the summary (what
+    ``hf-tlaser mine`` and the pipeline's last step both write); the summary."""
+    (src_texts, tgt_texts), (src, tgt) = (texts[0].lines, texts[1].lines), sides
+    _, src_lines, tgt_lines = kept_pairs(mined, src, tgt)
+    keep, removed = apply_filters(
+        filters[0], mined.scores[: mined.kept], [src_texts[i] for i in src_lines], [tgt_texts[j] for j in tgt_lines]
+    )
+    summary = run_summary(args, texts, (src.rows, tgt.rows), mined, removed, filters[1])
     try:
-        changed = write_pairs(mined, args.output, src_texts, tgt_texts, src, tgt)
-        plot_histogram(mined, args.histogram, args.margin, args.neighbours, threshold)
+        changed = write_pairs(mined, args.output, src_texts, tgt_texts, src, tgt, keep)
+        write_lines(*kept_pairs(mined, src, tgt, keep), side_outputs(args.output)[0])
+        plot_histogram(mined, args.histogram, args.margin, args.neighbours, filters[1][0])
+        summary["texts_written_with_spaces"] = changed
+        save_json(side_outputs(args.output)[1], summary)
     except OSError as err:
         raise write_failed(err, args.output, "--output") from None
-    return mined.kept, len(mined.scores), changed
+    return summary
+
+
+def report(command: str, args: argparse.Namespace, summary: dict) -> None:
+    """The closing line of a run: pairs above the threshold, kept by the filters, and the outputs."""
+    counts, changed = summary["counts"], summary["texts_written_with_spaces"]
+    removed = ", ".join(f"{name} {count}" for name, count in counts["removed"].items() if count is not None)
+    filtered = f", {counts['written']} kept by the filters ({removed} removed)" if removed else ""
+    replaced = f"; {changed} texts with tabs or line breaks written with spaces" if changed else ""
+    print(
+        f"{command}: {counts['above_threshold']} pairs above the threshold (of {counts['pairs_scored']})"
+        f"{filtered} -> {args.output}; histogram {args.histogram}; line numbers and counts "
+        f"{', '.join(map(str, side_outputs(args.output)))}{replaced}"
+    )
 
 
 def embed_both(args: argparse.Namespace, texts: tuple[Texts, Texts], folder: Path) -> tuple[list[str], list[str]]:
@@ -300,12 +384,16 @@ def embeddings_folder(output: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``hf-tlaser mine``: 0 on success, 2 with one line on stderr for a usage mistake."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    add_filter_arguments(parser)
+    args = parser.parse_args(argv)
     args.histogram = args.histogram or args.output.with_suffix(".png")
 
     def work() -> int:
         check_args(args)
-        check_outputs(args.output, args.histogram, args.overwrite)
+        others = tuple(zip(("--output (lines)", "--output (summary)"), side_outputs(args.output)))
+        check_outputs(args.output, args.histogram, args.overwrite, others)
+        filters = filters_from_args(args)
         faiss = require_faiss()
         if args.threads:
             faiss.omp_set_num_threads(args.threads)
@@ -316,22 +404,18 @@ def main(argv: list[str] | None = None) -> int:
             if width is not None:  # --model: a bad --index is refused before the model loads and embeds
                 check_indexes(search_plan(args), (len(rows[0]), len(rows[1])), width)
             if args.model is None:
-                kept, total, changed = run(args, texts, rows, (args.src_embeddings, args.tgt_embeddings))
+                summary = run(args, texts, rows, (args.src_embeddings, args.tgt_embeddings), filters)
             else:
                 folder = embeddings_folder(args.output)
                 shutil.rmtree(folder, ignore_errors=True)  # a killed run's (the lock says no run uses it)
                 try:
                     folder.mkdir()
-                    kept, total, changed = run(args, texts, rows, embed_both(args, texts, folder))
+                    summary = run(args, texts, rows, embed_both(args, texts, folder), filters)
                 except OSError as err:
                     raise write_failed(err, folder, "--output") from None
                 finally:
                     shutil.rmtree(folder, ignore_errors=True)
-        replaced = f"; {changed} texts with tabs or line breaks written with spaces" if changed else ""
-        print(
-            f"hf-tlaser mine: {kept} pairs above the threshold (of {total}) -> {args.output}; "
-            f"histogram {args.histogram}{replaced}"
-        )
+        report(args.command, args, summary)
         return 0
 
     return run_command("hf-tlaser mine", work)

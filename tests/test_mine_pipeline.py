@@ -1,0 +1,162 @@
+"""``hf-tlaser mine-pipeline``: the stages, run as real processes through submitit's local executor or in this
+process, give the pairs of the one-process ``hf-tlaser mine``; a stage resumes its unfinished tasks only; a failed
+job is one line naming its log; every bad input is one line. (A local job is a fresh interpreter that imports
+hf_tlaser: seconds each, so most tests run the tasks inline.)"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from test_mine import parallel_corpus, write_embeddings
+
+from hf_tlaser.inference import mine, pipeline
+from hf_tlaser.inference.stages import database_bounds, shard_bounds
+
+pytest.importorskip("faiss")
+pytest.importorskip("submitit")
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """Texts and embeddings of two sides: 120 translations among 80 unmatched lines a side, and a repeated line."""
+    folder = tmp_path_factory.mktemp("pipeline")
+    src, tgt, _ = parallel_corpus(pairs=120, extra=80, dim=16, seed=3)
+    src_lines = [f"source {i}" for i in range(len(src))]
+    src_lines[5] = src_lines[4]  # identical lines are mined once
+    (folder / "src.txt").write_text("\n".join(src_lines) + "\n")
+    (folder / "tgt.txt").write_text("\n".join(f"target {i}" for i in range(len(tgt))) + "\n")
+    write_embeddings(folder / "src.npy", src)
+    write_embeddings(folder / "tgt.npy", tgt)
+    return folder
+
+
+def inputs(folder, *extra: str) -> list[str]:
+    """``mine``'s arguments: small query blocks and a small memory budget, so that the 200 rows a side are searched
+    in 5 blocks against 8 database shards (27 rows of 16-d each fit 2,000 bytes)."""
+    return [
+        "--src", str(folder / "src.txt"), "--tgt", str(folder / "tgt.txt"),
+        "--src-embeddings", str(folder / "src.npy"), "--tgt-embeddings", str(folder / "tgt.npy"),
+        "--batch-size", "40", "--index-memory", "0.000002", *extra,
+    ]  # fmt: skip
+
+
+def staged(corpus, tmp_path, *extra: str, launcher: str = "inline") -> list[str]:
+    work = ["--work", str(tmp_path / "work"), "--shards", "3", "--workers", "2", "--launcher", launcher]
+    return [*inputs(corpus, *extra), *work]
+
+
+def test_shards_cover_every_row_once_at_block_boundaries():
+    assert shard_bounds(10, 3) == [(0, 3), (3, 7), (7, 10)]
+    assert shard_bounds(2, 4) == [(0, 1), (1, 2)]
+    assert shard_bounds(200, 3, 40) == [(0, 80), (80, 120), (120, 200)]  # 5 blocks of 40 queries
+    assert shard_bounds(30, 4, 40) == [(0, 30)]
+    assert database_bounds(200, 27) == [(i, min(i + 27, 200)) for i in range(0, 200, 27)]
+
+
+@pytest.mark.parametrize(
+    ("options", "launcher"),
+    [
+        (["--max-chars", "9"], "inline"),  # a filter too: "source 100" has 10 characters
+        (["--index", "IVF8,Flat", "--nprobe", "8", "--train-size", "150"], "local"),
+    ],
+)
+def test_the_staged_pipeline_gives_the_pairs_of_one_process_mine(corpus, tmp_path, capsys, options, launcher):
+    assert mine.main([*inputs(corpus, *options), "--output", str(tmp_path / "one.tsv")]) == 0
+    args = [*staged(corpus, tmp_path, *options, launcher=launcher), "--output", str(tmp_path / "staged.tsv")]
+    assert pipeline.main(args) == 0
+    one, staged_pairs = (tmp_path / "one.tsv").read_bytes(), (tmp_path / "staged.tsv").read_bytes()
+    assert staged_pairs == one and one.count(b"\n") > 40
+    assert (tmp_path / "staged.lines.tsv").read_bytes() == (tmp_path / "one.lines.tsv").read_bytes()
+    summaries = [json.loads((tmp_path / f"{name}.summary.json").read_text()) for name in ("one", "staged")]
+    assert summaries[0]["counts"] == summaries[1]["counts"] and summaries[1]["command"] == "hf-tlaser mine-pipeline"
+    assert (tmp_path / "staged.png").is_file()
+    out = capsys.readouterr().out
+    assert "stage search: 6 tasks run, 0 done before" in out  # 3 query shards in each direction
+    assert sorted(p.name for p in (tmp_path / "work" / "knn").iterdir()) == [
+        f"{d}.{i:04d}.npz" for d in ("bwd", "fwd") for i in range(3)
+    ]
+
+
+def test_a_stage_runs_again_only_its_unfinished_tasks(corpus, tmp_path, capsys):
+    args = [*staged(corpus, tmp_path), "--output", str(tmp_path / "pairs.tsv")]
+    assert pipeline.main(args) == 0
+    first = (tmp_path / "pairs.tsv").read_bytes()
+    work = tmp_path / "work"
+    stats = [json.loads(path.read_text()) for path in (work / "stats").iterdir()]
+    assert sorted(record["stage"] for record in stats) == ["mine"] + ["populate"] * 16 + ["search"] * 6 + ["train"] * 2
+    assert all(record["seconds"] >= 0 and record["peak_rss_mib"] > 0 for record in stats)
+    kept = {path: path.stat().st_mtime_ns for path in (work / "index").iterdir()}
+    (work / "knn" / "fwd.0001.npz").unlink()  # what a task killed before its rename leaves: no output
+    (work / "mined.npz").unlink()
+    capsys.readouterr()
+    assert pipeline.main([*args, "--overwrite"]) == 0
+    out = capsys.readouterr().out
+    assert "stage train: 0 tasks run, 2 done before" in out and "stage populate: 0 tasks run, 16 done before" in out
+    assert "stage search: 1 tasks run, 5 done before" in out and "stage mine: 1 tasks run, 0 done before" in out
+    assert {path: path.stat().st_mtime_ns for path in (work / "index").iterdir()} == kept
+    assert (tmp_path / "pairs.tsv").read_bytes() == first
+
+
+def test_stages_run_apart_and_a_stage_before_its_inputs_is_refused(corpus, tmp_path, capsys):
+    out = str(tmp_path / "pairs.tsv")
+    assert pipeline.main([*staged(corpus, tmp_path), "--stage", "search", "--output", out]) == 2
+    line = capsys.readouterr().err.strip()
+    assert line.startswith("hf-tlaser mine-pipeline: error: --stage search: needs ") and "populate" not in line
+    assert "index/src.0000.faiss" in line and "--stage all" in line and not (tmp_path / "work").exists()
+    assert pipeline.main([*staged(corpus, tmp_path), "--stage", "train,populate", "--output", out]) == 0
+    assert not (tmp_path / "pairs.tsv").exists() and not (tmp_path / "work" / "knn").exists()
+    assert pipeline.main([*staged(corpus, tmp_path), "--stage", "search,mine", "--output", out]) == 0
+    assert (tmp_path / "pairs.tsv").is_file()
+
+
+def test_a_work_folder_of_another_pipeline_is_refused(corpus, tmp_path, capsys):
+    args = [*staged(corpus, tmp_path), "--stage", "train"]
+    assert pipeline.main([*args, "--output", str(tmp_path / "a.tsv")]) == 0
+    saved = json.loads((tmp_path / "work" / "pipeline.json").read_text())
+    other = corpus / "other.npy"
+    write_embeddings(other, np.load(corpus / "tgt.npy").astype(np.float32), fingerprint="model-b")
+    capsys.readouterr()
+    args[args.index("--tgt-embeddings") + 1] = str(other)
+    assert pipeline.main([*args, "--output", str(tmp_path / "a.tsv")]) == 2
+    err = capsys.readouterr().err
+    assert "come from different models or prompts" in err  # the two sides' fingerprints differ
+    assert json.loads((tmp_path / "work" / "pipeline.json").read_text()) == saved
+    args = [*staged(corpus, tmp_path), "--stage", "train", "--shards", "2", "--output", str(tmp_path / "a.tsv")]
+    assert pipeline.main(args) == 2
+    assert "holds the stages of another pipeline (it differs in shards)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--launcher", "slurm"], "--launcher slurm: no sbatch on this machine's PATH"),
+        (["--stage", "fetch"], "--stage fetch: expected some of train, populate, search, mine"),
+        (["--shards", "0"], "--shards 0: must be at least 1"),
+        (["--model", "x"], "--model: the pipeline mines hf-tlaser embed outputs"),
+    ],
+)
+def test_bad_arguments_are_one_line_before_any_work(corpus, tmp_path, capsys, monkeypatch, extra, message):
+    monkeypatch.setattr(pipeline.shutil, "which", lambda name: None)
+    assert pipeline.main([*staged(corpus, tmp_path), *extra, "--output", str(tmp_path / "p.tsv")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+    assert not (tmp_path / "work").exists() and not (tmp_path / "p.tsv").exists()
+
+
+def test_a_failed_job_names_its_log_and_the_rerun_finishes(corpus, tmp_path, capsys):
+    args = [*staged(corpus, tmp_path), "--output", str(tmp_path / "p.tsv")]
+    assert pipeline.main([*args, "--stage", "train,populate"]) == 0
+    shard = tmp_path / "work" / "index" / "tgt.0001.faiss"
+    good = shard.read_bytes()
+    shard.write_bytes(good[:100])  # a damaged shard: the search tasks that read it (fwd) fail
+    capsys.readouterr()
+    local = [*staged(corpus, tmp_path, launcher="local"), "--workers", "1", "--output", str(tmp_path / "p.tsv")]
+    assert pipeline.main([*local, "--stage", "search"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("hf-tlaser mine-pipeline: error: stage search: job ") and "its log: " in err
+    assert "3 of 6 search tasks failed" in err and not (tmp_path / "p.tsv").exists()
+    shard.write_bytes(good)
+    assert pipeline.main(args) == 0
+    assert "stage search: 3 tasks run, 3 done before" in capsys.readouterr().out  # the job went on with bwd

@@ -47,6 +47,16 @@ def staged(corpus, tmp_path, *extra: str, launcher: str = "inline") -> list[str]
     return [*inputs(corpus, *extra), *work]
 
 
+def test_local_jobs_share_the_cores_unless_threads_are_given(monkeypatch):
+    monkeypatch.setattr(pipeline, "available_cpus", lambda: 8)
+    args = pipeline.build_parser().parse_args(["--src", "s", "--tgt", "t", "--work", "w", "--output", "o"])
+    expected = {("local", 2, 0): 4, ("local", 3, 0): 2, ("local", 16, 0): 1, ("inline", 4, 0): 8, ("slurm", 4, 0): 1}
+    expected[("local", 2, 3)] = 3
+    for (launcher, workers, threads), count in expected.items():
+        args.launcher, args.workers, args.threads = launcher, workers, threads
+        assert pipeline.job_threads(args) == count
+
+
 def test_shards_cover_every_row_once_at_block_boundaries():
     assert shard_bounds(10, 3) == [(0, 3), (3, 7), (7, 10)]
     assert shard_bounds(2, 4) == [(0, 1), (1, 2)]

@@ -34,6 +34,7 @@ from hf_tlaser.bitext.texts import read_texts
 from hf_tlaser.commands import run_command
 from hf_tlaser.errors import UsageError
 from hf_tlaser.guards import OutputLock, check_writable, lock_path
+from hf_tlaser.hardware import available_cpus
 from hf_tlaser.inference import mine
 from hf_tlaser.inference.stages import CONFIG, SIDES, STAGES, Work, read_mined, run_tasks
 from hf_tlaser.inference.store import check_compatible
@@ -155,12 +156,22 @@ def prepare(args: argparse.Namespace, config: dict, rows: tuple) -> Work:
     return Work(folder, config)
 
 
+def job_threads(args: argparse.Namespace) -> int:
+    """The faiss threads of each job (and a Slurm task's CPUs): ``--threads``; by default, locally, this machine's
+    CPUs shared among the ``--workers`` jobs that run at once (no core runs two jobs' threads), on Slurm 1."""
+    if args.threads:
+        return args.threads
+    if args.launcher == "slurm":
+        return 1
+    return max(1, available_cpus() // (1 if args.launcher == "inline" else args.workers))
+
+
 def executor(args: argparse.Namespace, stage: str):
     """The submitit executor of one stage's jobs (their logs in ``WORK/logs/STAGE``)."""
     import submitit
 
     launcher = submitit.AutoExecutor(folder=args.work / "logs" / stage, cluster=args.launcher)
-    launcher.update_parameters(timeout_min=args.timeout_min, cpus_per_task=max(1, args.threads), name=f"mine-{stage}")
+    launcher.update_parameters(timeout_min=args.timeout_min, cpus_per_task=job_threads(args), name=f"mine-{stage}")
     if args.launcher == "slurm":
         launcher.update_parameters(slurm_array_parallelism=args.workers)
         if args.slurm_partition:
@@ -193,7 +204,7 @@ def run_stage(args: argparse.Namespace, work: Work, stage: str) -> int:
         return 0
     if args.launcher == "inline":
         try:
-            run_tasks(str(work.folder), stage, pending, args.threads)
+            run_tasks(str(work.folder), stage, pending, job_threads(args))
         except RuntimeError as err:  # each failed task's traceback is in the log above
             raise JobFailed(f"stage {stage}: {err} (its traceback is logged above)") from err
         return len(pending)
@@ -201,7 +212,7 @@ def run_stage(args: argparse.Namespace, work: Work, stage: str) -> int:
     if args.launcher == "slurm":
         groups = [[task] for task in pending]
     jobs = executor(args, stage).map_array(
-        run_tasks, [str(work.folder)] * len(groups), [stage] * len(groups), groups, [args.threads] * len(groups)
+        run_tasks, [str(work.folder)] * len(groups), [stage] * len(groups), groups, [job_threads(args)] * len(groups)
     )
     where = f"Slurm job array {jobs[0].job_id.split('_')[0]}" if args.launcher == "slurm" else "local processes"
     logger.info("stage %s: %d tasks as %d jobs (%s, %d at a time)", stage, len(pending), len(jobs), where, args.workers)

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 from test_mine import parallel_corpus, write_embeddings
 
+from hf_tlaser.bitext.index import database_shards
 from hf_tlaser.inference import mine, pipeline
-from hf_tlaser.inference.stages import database_bounds, shard_bounds
+from hf_tlaser.inference.stages import shard_bounds
 
 pytest.importorskip("faiss")
 pytest.importorskip("submitit")
@@ -62,7 +63,7 @@ def test_shards_cover_every_row_once_at_block_boundaries():
     assert shard_bounds(2, 4) == [(0, 1), (1, 2)]
     assert shard_bounds(200, 3, 40) == [(0, 80), (80, 120), (120, 200)]  # 5 blocks of 40 queries
     assert shard_bounds(30, 4, 40) == [(0, 30)]
-    assert database_bounds(200, 27) == [(i, min(i + 27, 200)) for i in range(0, 200, 27)]
+    assert database_shards(200, 27) == [(i, min(i + 27, 200)) for i in range(0, 200, 27)]
 
 
 @pytest.mark.parametrize(

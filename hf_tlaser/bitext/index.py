@@ -228,8 +228,7 @@ def _search(queries: Rows, database: Rows, k: int, plan: SearchPlan, spec: str) 
     k, wanted = candidates(k, len(database), spec, plan)
 
     def shards() -> Iterator[tuple[int, int, object]]:
-        for start in range(0, len(database), per_shard):
-            stop = min(start + per_shard, len(database))
+        for start, stop in database_shards(len(database), per_shard):
             index = faiss.clone_index(trained)
             if gpu:
                 index = faiss.index_cpu_to_all_gpus(index)
@@ -240,6 +239,12 @@ def _search(queries: Rows, database: Rows, k: int, plan: SearchPlan, spec: str) 
 
     sims, ids = search_shards(queries, shards(), wanted, plan, spec)
     return rescore(queries, database, sims, ids, k, plan, spec)
+
+
+def database_shards(rows: int, per_shard: int) -> list[tuple[int, int]]:
+    """``[start, stop)`` of the database shards of ``per_shard`` rows each (:func:`shard_rows`: what fits
+    ``--index-memory``); the staged pipeline populates the same shards."""
+    return [(start, min(start + per_shard, rows)) for start in range(0, rows, per_shard)]
 
 
 def trained_index(database: Rows, plan: SearchPlan, spec: str):

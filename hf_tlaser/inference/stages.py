@@ -45,6 +45,7 @@ from hf_tlaser.bitext.index import (
     Rows,
     SearchPlan,
     candidates,
+    database_shards,
     require_faiss,
     rescore,
     search_shards,
@@ -79,11 +80,6 @@ def shard_bounds(rows: int, shards: int, block: int = 1) -> list[tuple[int, int]
     return [(int(a), min(int(b), rows)) for a, b in zip(edges[:-1], edges[1:])]
 
 
-def database_bounds(rows: int, per_shard: int) -> list[tuple[int, int]]:
-    """The database shards of ``hf-tlaser mine``'s search: ``per_shard`` rows each (what fits ``--index-memory``)."""
-    return [(start, min(start + per_shard, rows)) for start in range(0, rows, per_shard)]
-
-
 @dataclass(frozen=True)
 class Work:
     """A pipeline's work folder and its ``pipeline.json`` (``config``)."""
@@ -112,7 +108,7 @@ class Work:
 
     def database(self, side: str) -> list[tuple[int, int]]:
         """The database shards of ``side``: those of ``hf-tlaser mine``'s search (``--index-memory``)."""
-        return database_bounds(self.config[side]["unique"], self.config[side]["rows_per_shard"])
+        return database_shards(self.config[side]["unique"], self.config[side]["rows_per_shard"])
 
     def spec(self, side: str) -> str:
         """The index of ``side``'s database."""
@@ -174,7 +170,7 @@ def populate(work: Work, side: str, shard: int) -> None:
     write_atomic(work.shard_path(side, shard), lambda path: faiss.write_index(index, str(path)))
 
 
-def database_shards(work: Work, side: str) -> Iterator[tuple[int, int, object]]:
+def shard_indexes(work: Work, side: str) -> Iterator[tuple[int, int, object]]:
     """``(start, stop, index)`` of every shard of ``side``, read one at a time (on the GPUs when the plan says so)."""
     faiss, plan = require_faiss(), work.plan
     gpu = use_gpu(plan.device)
@@ -197,7 +193,7 @@ def search(work: Work, direction: str, shard: int) -> None:
     every = work.rows(queries_side)
     queries, database = Rows(every.array, every.rows[start:stop]), work.rows(database_side)
     k, wanted = candidates(work.config["k"], len(database), spec, plan)
-    sims, ids = search_shards(queries, database_shards(work, database_side), wanted, plan, spec)
+    sims, ids = search_shards(queries, shard_indexes(work, database_side), wanted, plan, spec)
     sims, ids = rescore(queries, database, sims, ids, k, plan, spec)
     write_atomic(work.knn_path(direction, shard), lambda path: np.savez(path, sims=sims, ids=ids))
 

@@ -98,7 +98,7 @@ def main() -> None:
                 run["stages"][stage] = dict(
                     seconds=round(seconds, 1),
                     task_seconds=round(sum(s["seconds"] for s in stats), 1),
-                    peak_rss_mib=max(s["peak_rss_mib"] for s in stats),
+                    peak_rss_mib=max((s["peak_rss_mib"] for s in stats), default=None),  # filter: no tasks
                     tasks=len(stats),
                 )
                 print(f"workers {workers}, {stage}: {run['stages'][stage]}", flush=True)

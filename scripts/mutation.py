@@ -154,9 +154,18 @@ MODULES: dict[str, dict[str, list[str]]] = {
             "x_search",
             "x__search",
         ],
-        "hf_tlaser/bitext/mining.py": ["x_mine", "x_mine_vectors", "x_write_bitexts"],
-        "hf_tlaser/bitext/select.py": ["x_select_pairs", "x_greedy_one_to_one", "x_unique_rows"],
-        "hf_tlaser/bitext/texts.py": ["x_read_texts", "x_tsv_field", "x_write_tsv"],
+        "hf_tlaser/bitext/mining.py": ["x_mine", "x_mine_vectors", "xǁMinedǁabove", "x_write_bitexts"],
+        "hf_tlaser/bitext/select.py": [
+            "x_direction_pairs",
+            "x_mutual",
+            "x_best_first",
+            "x_select_pairs",
+            "x_first_uses",
+            "x_greedy_one_to_one",
+            "x_merged_one_to_one",
+            "x_unique_rows",
+        ],
+        "hf_tlaser/bitext/texts.py": ["x_read_texts", "x_lines_at", "x_tsv_field", "x_write_tsv"],
     },
     # the embeddings file: sidecar, shards joined, resumable writer, allocation
     "store": {"hf_tlaser/inference/store.py": ["*"]},
@@ -210,6 +219,7 @@ TEST_FILES: dict[str, list[str]] = {
     **dict.fromkeys(("inference", "store", "backends"), INFERENCE_TESTS),
     "bitext": [
         "tests/test_mine.py",
+        "tests/test_mine_pipeline.py",  # the staged runs' merge of sorted runs, a filter slice's lines
         "tests/test_reliability.py",
         "tests/test_mutants_inference.py",
         "tests/test_embed.py",
@@ -310,12 +320,14 @@ QUICK_TESTS = {
     "hf_tlaser/bitext/select.py": [
         "tests/test_mutants_inference.py",
         "tests/test_mine.py",
+        "tests/test_mine_pipeline.py",
         "tests/test_reliability.py",
         "tests/test_eval_retrieval.py",
     ],
     "hf_tlaser/bitext/texts.py": [
         "tests/test_mutants_inference.py",
         "tests/test_mine.py",
+        "tests/test_mine_pipeline.py",
         "tests/test_reliability.py",
         "tests/test_eval_retrieval.py",
     ],

@@ -9,10 +9,14 @@ import pytest
 from benchmarks.bucc_mining import (
     best_threshold,
     evaluate,
+    filtered,
+    mine_task,
     ntrex_documents,
     ntrex_tasks,
     precision_recall_f1,
+    remembered,
 )
+from hf_tlaser.bitext.filters import Filters
 from hf_tlaser.evaluation.readers import read_ntrex128
 
 
@@ -76,3 +80,20 @@ def test_threshold_comes_from_the_sample_split(tasks):
     assert result["f1"] > 95 and result["sample_f1"] > 95
     assert result["gold"] == len(tasks["test"][0].gold)
     assert np.isfinite(result["threshold"]) and result["threshold"] > 1.0  # a margin ratio above 1 separates them
+
+
+def test_filters_remove_mined_pairs_before_the_threshold_is_chosen(tasks):
+    """``--filters``: the filters see every mined pair of both splits; a cap under every score leaves none."""
+    texts = {t for split in tasks.values() for task in split for t in (*task.src, *task.tgt)}
+    rng = np.random.default_rng(1)
+    vectors = {t: rng.normal(size=16) for t in texts}
+    embed = remembered(lambda batch: np.stack([vectors[t] for t in batch]))
+    one = {"sample": tasks["sample"][:1], "test": tasks["test"][:1]}
+    plain = evaluate(one, embed)["de-en"]
+    assert evaluate(one, embed, filters=lambda lang: Filters())["de-en"] == plain  # no filter on: the same
+    capped = evaluate(one, embed, filters=lambda lang: Filters(max_score=-1.0))["de-en"]
+    assert capped["f1"] == capped["oracle_test_f1"] == 0.0 and capped["gold"] == plain["gold"]
+    mined = mine_task(tasks["test"][0], embed, 4, sparse_tfidf=True)
+    short = filtered(tasks["test"][0], mined, Filters(max_chars=60))
+    assert 0 < len(short) < len(mined)
+    assert all(len(tasks["test"][0].src[i]) <= 60 and len(tasks["test"][0].tgt[j]) <= 60 for _, i, j in short)

@@ -9,10 +9,18 @@ import numpy as np
 import pytest
 
 from hf_tlaser.bitext.index import Rows, SearchPlan, default_index, search
+from hf_tlaser.bitext.margin import Candidates
 from hf_tlaser.bitext.mining import mine_vectors
-from hf_tlaser.bitext.select import unique_rows
+from hf_tlaser.bitext.select import (
+    PAIR_DTYPE,
+    best_first,
+    direction_pairs,
+    merged_one_to_one,
+    select_pairs,
+    unique_rows,
+)
 from hf_tlaser.inference.mine import main
-from hf_tlaser.inference.store import write_sidecar
+from hf_tlaser.inference.store import StackedRows, write_sidecar
 
 faiss = pytest.importorskip("faiss")
 faiss.omp_set_num_threads(1)  # OpenMP threads spin badly on a CPU shared with other jobs
@@ -104,6 +112,42 @@ def test_threshold_keeps_pairs_above_it():
     mined = mine_vectors(rows(src), rows(tgt), threshold=cut)
     assert mined.kept == int(np.sum(everything.scores > cut)) and 0 < mined.kept < len(mined.scores)
     assert (mined.scores[: mined.kept] > cut).all() and (mined.scores[mined.kept :] <= cut).all()
+
+
+def test_runs_merged_by_score_take_the_pairs_of_one_sorted_list():
+    """A staged pipeline's query shards, each sorted alone (ties: many equal scores, and missing candidates at
+    -inf), merged and taken one to one give the pairs and order of ``select_pairs`` over all of them."""
+    rng = np.random.default_rng(0)
+    n_src, n_tgt = 300, 260
+    fwd = Candidates(rng.integers(0, n_tgt, (n_src, 3)), np.round(rng.random((n_src, 3)), 1).astype(np.float32))
+    bwd = Candidates(rng.integers(0, n_src, (n_tgt, 3)), np.round(rng.random((n_tgt, 3)), 1).astype(np.float32))
+    fwd.scores[::7] = -np.inf
+    expected = select_pairs(fwd, bwd, "max")
+    runs = []
+    for direction, candidates, cuts in (("fwd", fwd, [0, 1, 120, 300]), ("bwd", bwd, [0, 200, 260])):
+        best, score = candidates.best()
+        for start, stop in zip(cuts[:-1], cuts[1:]):
+            scores, src, tgt = best_first(direction_pairs(best[start:stop], score[start:stop], direction, start))
+            run = np.empty(len(scores), dtype=PAIR_DTYPE)
+            run["score"], run["src"], run["tgt"] = scores, src, tgt
+            runs.append(run)
+    got = merged_one_to_one(runs, (n_src, n_tgt), block=16)
+    for column, want in zip(got, expected):
+        np.testing.assert_array_equal(column, want)
+    assert len(np.unique(expected[0])) < len(expected[0]) / 4  # ties decided by the runs' order
+    assert np.isfinite(got[0]).all() and len(got[0]) > 200  # a candidate that was not found is never a pair
+    assert [len(column) for column in merged_one_to_one([], (3, 3))] == [0, 0, 0]
+
+
+def test_shard_files_read_as_one_array_without_joining():
+    parts = [np.arange(12, dtype=np.float16).reshape(4, 3), np.arange(12, 18, dtype=np.float16).reshape(2, 3)]
+    stacked, joined = StackedRows(parts), np.concatenate(parts)
+    assert stacked.shape == (6, 3) and len(stacked) == 6 and stacked.dtype == np.float16
+    for key in (np.array([5, 0, 3, 4, 4]), slice(2, 6), slice(None, None, -2), 4, -1, np.array([], dtype=np.int64)):
+        np.testing.assert_array_equal(stacked[key], joined[key])
+    np.testing.assert_array_equal(np.asarray(stacked), joined)
+    with pytest.raises(IndexError):
+        stacked[np.array([6])]
 
 
 # --- search --------------------------------------------------------------------------------------------------------

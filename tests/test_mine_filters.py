@@ -13,8 +13,10 @@ import pytest
 
 from hf_tlaser.bitext.filters import (
     FILTERS,
+    PER_PAIR,
     Filters,
     apply_filters,
+    build_filters,
     dedup_mask,
     length_mask,
     lid_language,
@@ -85,6 +87,25 @@ def test_apply_filters_counts_each_filter_on_what_the_earlier_ones_kept():
     assert tuple(removed) == FILTERS
     keep, removed = apply_filters(Filters(), scores, src, tgt)
     assert keep.all() and set(removed.values()) == {None}
+    # a staged pipeline: the filters that judge a pair alone on slices, then deduplication on what they kept
+    parts = [apply_filters(filters, scores[a:b], src[a:b], tgt[a:b], names=PER_PAIR) for a, b in ((0, 1), (1, 4))]
+    assert [tuple(part[1]) for part in parts] == [PER_PAIR] * 2 and [part[1]["length"] for part in parts] == [0, 1]
+    judged = np.concatenate([part[0] for part in parts])
+    keep, removed = apply_filters(filters, scores, src, tgt, names=["dedup"], keep=judged)
+    assert keep.tolist() == [False, True, False, False] and removed == {"dedup": 0} and judged.tolist()[1] is True
+    shared = ["aaaa", "aaaa!", "aaaa?", "cccc"]  # 1 and 2: one normalised text, and 0 judged out before
+    keep, removed = apply_filters(filters, scores, shared, tgt, names=["dedup"], keep=np.array([False, True, 1, 1]) > 0)
+    assert keep.tolist() == [False, True, False, True] and removed == {"dedup": 1}
+
+
+def test_filter_settings_round_trip_through_json():
+    pytest.importorskip("py3langid")
+    filters = build_filters(1.25, min_chars=2, max_length_ratio=2.0, languages=("deu", "en"), lid=True, dedup=True)
+    settings = json.loads(json.dumps(filters.settings()))
+    assert settings["languages"] == ["de", "en"] and "identify" not in settings
+    again = Filters.from_settings(settings)
+    assert again.settings() == filters.settings() and again.identify("Das ist ein Haus.") == "de"
+    assert again.active(PER_PAIR) and not Filters(dedup=True).active(PER_PAIR) and Filters(dedup=True).active()
 
 
 def test_lid_on_real_sentences_with_a_third_language(data_dir):

@@ -6,14 +6,17 @@ hf_tlaser: seconds each, so most tests run the tasks inline.)"""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 from test_mine import parallel_corpus, write_embeddings
 
 from hf_tlaser.bitext.index import database_shards
+from hf_tlaser.bitext.texts import lines_at, read_texts
 from hf_tlaser.inference import mine, pipeline
-from hf_tlaser.inference.stages import shard_bounds
+from hf_tlaser.inference.stages import Work, shard_bounds
+from hf_tlaser.inference.store import StackedRows
 
 pytest.importorskip("faiss")
 pytest.importorskip("submitit")
@@ -71,6 +74,10 @@ def test_shards_cover_every_row_once_at_block_boundaries():
     [
         (["--max-chars", "9"], "inline"),  # a filter too: "source 100" has 10 characters
         (["--index", "IVF8,Flat", "--nprobe", "8", "--train-size", "150"], "local"),
+        (["--retrieval", "intersect"], "inline"),
+        (["--max-chars", "9", "--max-score", "1.3"], "local"),
+        (["--retrieval", "fwd", "--margin", "distance"], "inline"),
+        (["--retrieval", "bwd", "--margin", "absolute"], "inline"),
     ],
 )
 def test_the_staged_pipeline_gives_the_pairs_of_one_process_mine(corpus, tmp_path, capsys, options, launcher):
@@ -78,7 +85,7 @@ def test_the_staged_pipeline_gives_the_pairs_of_one_process_mine(corpus, tmp_pat
     args = [*staged(corpus, tmp_path, *options, launcher=launcher), "--output", str(tmp_path / "staged.tsv")]
     assert pipeline.main(args) == 0
     one, staged_pairs = (tmp_path / "one.tsv").read_bytes(), (tmp_path / "staged.tsv").read_bytes()
-    assert staged_pairs == one and one.count(b"\n") > 40
+    assert staged_pairs == one and one.count(b"\n") > 20
     assert (tmp_path / "staged.lines.tsv").read_bytes() == (tmp_path / "one.lines.tsv").read_bytes()
     summaries = [json.loads((tmp_path / f"{name}.summary.json").read_text()) for name in ("one", "staged")]
     assert summaries[0]["counts"] == summaries[1]["counts"] and summaries[1]["command"] == "hf-tlaser mine-pipeline"
@@ -96,7 +103,10 @@ def test_a_stage_runs_again_only_its_unfinished_tasks(corpus, tmp_path, capsys):
     first = (tmp_path / "pairs.tsv").read_bytes()
     work = tmp_path / "work"
     stats = [json.loads(path.read_text()) for path in (work / "stats").iterdir()]
-    assert sorted(record["stage"] for record in stats) == ["mine"] + ["populate"] * 16 + ["search"] * 6 + ["train"] * 2
+    assert (
+        sorted(record["stage"] for record in stats)
+        == ["margin"] * 6 + ["mine"] + ["populate"] * 16 + ["search"] * 6 + ["train"] * 2
+    )
     assert all(record["seconds"] >= 0 and record["peak_rss_mib"] > 0 for record in stats)
     kept = {path: path.stat().st_mtime_ns for path in (work / "index").iterdir()}
     (work / "knn" / "fwd.0001.npz").unlink()  # what a task killed before its rename leaves: no output
@@ -118,7 +128,7 @@ def test_stages_run_apart_and_a_stage_before_its_inputs_is_refused(corpus, tmp_p
     assert "index/src.0000.faiss" in line and "--stage all" in line and not (tmp_path / "work").exists()
     assert pipeline.main([*staged(corpus, tmp_path), "--stage", "train,populate", "--output", out]) == 0
     assert not (tmp_path / "pairs.tsv").exists() and not (tmp_path / "work" / "knn").exists()
-    assert pipeline.main([*staged(corpus, tmp_path), "--stage", "search,mine", "--output", out]) == 0
+    assert pipeline.main([*staged(corpus, tmp_path), "--stage", "search,margin,mine,filter", "--output", out]) == 0
     assert (tmp_path / "pairs.tsv").is_file()
 
 
@@ -143,7 +153,7 @@ def test_a_work_folder_of_another_pipeline_is_refused(corpus, tmp_path, capsys):
     ("extra", "message"),
     [
         (["--launcher", "slurm"], "--launcher slurm: no sbatch on this machine's PATH"),
-        (["--stage", "fetch"], "--stage fetch: expected some of train, populate, search, mine"),
+        (["--stage", "fetch"], "--stage fetch: expected some of train, populate, search, margin, mine, filter"),
         (["--shards", "0"], "--shards 0: must be at least 1"),
         (["--model", "x"], "--model: the pipeline mines hf-tlaser embed outputs"),
     ],
@@ -171,3 +181,56 @@ def test_a_failed_job_names_its_log_and_the_rerun_finishes(corpus, tmp_path, cap
     shard.write_bytes(good)
     assert pipeline.main(args) == 0
     assert "stage search: 3 tasks run, 3 done before" in capsys.readouterr().out  # the job went on with bwd
+
+
+def test_embeddings_in_shard_files_are_read_lazily_and_mine_the_same(corpus, tmp_path, capsys):
+    """``hf-tlaser embed --shard i/n`` outputs of a side, given as they are: the jobs index their memory maps
+    (``StackedRows``) instead of joining them, and the pairs are those of the one file."""
+    vectors = np.load(corpus / "src.npy")
+    paths = []
+    for index, (start, stop) in enumerate([(0, 70), (70, 200)]):
+        path = write_embeddings(tmp_path / f"src.{index}.npy", vectors[start:stop], lines=len(vectors))
+        meta = json.loads(Path(f"{path}.json").read_text())
+        meta.update(start=start, stop=stop, shard=[index, 2])
+        Path(f"{path}.json").write_text(json.dumps(meta))
+        paths.append(path)
+    one = [*staged(corpus, tmp_path), "--output", str(tmp_path / "one.tsv")]
+    assert pipeline.main(one) == 0
+    (tmp_path / "shards").mkdir()
+    shards = [*staged(corpus, tmp_path / "shards"), "--output", str(tmp_path / "shards.tsv")]
+    shards[shards.index("--src-embeddings") + 1 : shards.index("--src-embeddings") + 2] = paths[::-1]
+    assert pipeline.main(shards) == 0
+    assert (tmp_path / "shards.tsv").read_bytes() == (tmp_path / "one.tsv").read_bytes()
+    rows = Work.open(tmp_path / "shards" / "work").rows("src")
+    assert isinstance(rows.array, StackedRows) and [len(part) for part in rows.array.parts] == [70, 130]
+
+
+def test_other_filters_reuse_the_search_and_judge_in_slices(corpus, tmp_path, capsys):
+    """The ``filter`` stage: slices of the pairs judged apart, its files kept per setting of the filters that judge
+    a pair alone; changing them runs only it again (deduplication, in the command, runs none); the pairs and counts
+    are those of one-process ``mine``."""
+    for number, options in enumerate([["--max-chars", "9"], ["--max-chars", "8"], ["--max-chars", "9", "--dedup-n"]]):
+        out = str(tmp_path / f"staged{number}.tsv")
+        assert pipeline.main([*staged(corpus, tmp_path, *options), "--output", out]) == 0
+        assert mine.main([*inputs(corpus, *options), "--output", str(tmp_path / f"one{number}.tsv")]) == 0
+        assert (tmp_path / f"staged{number}.tsv").read_bytes() == (tmp_path / f"one{number}.tsv").read_bytes()
+        summaries = [json.loads((tmp_path / f"{name}{number}.summary.json").read_text()) for name in ("one", "staged")]
+        assert summaries[0]["counts"] == summaries[1]["counts"] and summaries[0]["counts"]["removed"]["length"] > 0
+    assert summaries[0]["counts"]["removed"]["dedup"] > 0
+    out = capsys.readouterr().out
+    assert out.count("stage search: 0 tasks run, 6 done before") == 2
+    assert out.count("stage filter: 3 tasks run, 0 done before") == 2 and "stage filter: 0 tasks run, 3 done" in out
+    assert len(list((tmp_path / "work" / "filter").iterdir())) == 2
+    assert pipeline.main([*staged(corpus, tmp_path), "--output", str(tmp_path / "none.tsv")]) == 0
+    assert "stage filter: 0 tasks run, 0 done before" in capsys.readouterr().out  # no filter on: no task
+
+
+def test_a_filter_slice_reads_its_lines_in_one_pass_and_refuses_a_changed_file(tmp_path):
+    path = tmp_path / "texts.txt"
+    path.write_text("first\nsecond\tcolumn\nthird\u2028still third\n\nfifth\n", encoding="utf-8")
+    texts = read_texts(path, "--src")
+    found = lines_at(path, [4, 1, 4, 2], texts.sha256)
+    assert found == {number: texts.lines[number] for number in (1, 2, 4)} and found[4] == "fifth"
+    path.write_text("first\nchanged\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="changed since it was read"):
+        lines_at(path, [0], texts.sha256)

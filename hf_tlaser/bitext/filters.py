@@ -43,6 +43,9 @@ LID_EXTRA = "pip install 'hf_tlaser[mining]'"
 
 FILTERS = ("max_score", "length", "length_ratio", "lid", "dedup")
 """The filters in the order :func:`apply_filters` runs them (the keys of its counts)."""
+PER_PAIR = FILTERS[:-1]
+"""The filters that judge each pair alone (all but ``dedup``, which compares pairs): a staged pipeline runs them on
+shards of the pairs in parallel."""
 
 DEFAULT_PAIR = "default"
 """The key of a threshold file's value for the language pairs it does not name."""
@@ -222,6 +225,21 @@ class Filters:
     identify: Callable[[str], str] | None = None
     dedup: bool = False
 
+    def settings(self) -> dict:
+        """The filters as plain values (JSON), which :meth:`from_settings` turns back into them."""
+        return {key: value for key, value in vars(self).items() if key != "identify"}
+
+    @classmethod
+    def from_settings(cls, settings: dict) -> Filters:
+        """The filters of :meth:`settings`, the language identifier loaded when they identify languages."""
+        languages = settings["languages"]
+        identify = load_identifier()[0] if languages is not None else None
+        return cls(**{**settings, "languages": None if languages is None else tuple(languages)}, identify=identify)
+
+    def active(self, names: Sequence[str] = FILTERS) -> bool:
+        """Whether any filter of ``names`` is on."""
+        return any(self.masks()[name] is not None for name in names)
+
     def masks(self) -> dict[str, Callable[[np.ndarray, list[str], list[str]], np.ndarray] | None]:
         """Each filter of :data:`FILTERS` as ``(scores, src_texts, tgt_texts) -> mask``, ``None`` when off."""
         lengths = self.min_chars > 0 or self.max_chars is not None
@@ -265,14 +283,22 @@ def build_filters(
 
 
 def apply_filters(
-    filters: Filters, scores: np.ndarray, src_texts: Sequence[str], tgt_texts: Sequence[str]
+    filters: Filters,
+    scores: np.ndarray,
+    src_texts: Sequence[str],
+    tgt_texts: Sequence[str],
+    names: Sequence[str] = FILTERS,
+    keep: np.ndarray | None = None,
 ) -> tuple[np.ndarray, dict[str, int | None]]:
     """The pairs every filter turned on keeps (a mask), and how many each removed of those the filters before it
-    kept (:data:`FILTERS` order; ``None``: off), each count logged."""
+    kept (:data:`FILTERS` order; ``None``: off), each count logged. ``names``: only these filters (e.g.
+    :data:`PER_PAIR` on a shard of the pairs), on the pairs ``keep`` marks (default: all)."""
     scores = np.asarray(scores)
-    keep = np.ones(len(scores), dtype=bool)
+    keep = np.ones(len(scores), dtype=bool) if keep is None else keep.copy()
     removed: dict[str, int | None] = {}
     for name, mask in filters.masks().items():
+        if name not in names:
+            continue
         if mask is None:
             removed[name] = None
             continue

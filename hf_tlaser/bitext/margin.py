@@ -69,14 +69,21 @@ def margin_scores(
     """
     check_margin(margin)
     fwd_mean, bwd_mean = neighbour_means(fwd_sim, fwd_ids), neighbour_means(bwd_sim, bwd_ids)
-    score = MARGINS[margin]
+    return (
+        scored_candidates(fwd_sim, fwd_ids, fwd_mean, bwd_mean, margin),
+        scored_candidates(bwd_sim, bwd_ids, bwd_mean, fwd_mean, margin),
+    )
 
-    def scored(sims: np.ndarray, ids: np.ndarray, own: np.ndarray, other: np.ndarray) -> Candidates:
-        found = ids >= 0
-        values = score(np.where(found, sims, 0).astype(np.float32), (own[:, None] + other[np.where(found, ids, 0)]) / 2)
-        return Candidates(ids, np.where(found, values, -np.inf).astype(np.float32))
 
-    return scored(fwd_sim, fwd_ids, fwd_mean, bwd_mean), scored(bwd_sim, bwd_ids, bwd_mean, fwd_mean)
+def scored_candidates(sims: np.ndarray, ids: np.ndarray, own: np.ndarray, other: np.ndarray, margin: str) -> Candidates:
+    """One direction's candidates (``sims``/``ids``: its queries' kNN lists) scored with LASER's margin (see
+    ``margin_scores``): ``own`` is the mean neighbour cosine of each query (:func:`neighbour_means`), ``other`` that of
+    every row of the other side (a staged pipeline's query shard scores its lists alone with them)."""
+    found = ids >= 0
+    values = MARGINS[margin](
+        np.where(found, sims, 0).astype(np.float32), (own[:, None] + other[np.where(found, ids, 0)]) / 2
+    )
+    return Candidates(ids, np.where(found, values, -np.inf).astype(np.float32))
 
 
 def list_candidates(

@@ -65,6 +65,12 @@ class Mined:
     tgt: np.ndarray
     kept: int
 
+    @classmethod
+    def above(cls, pairs: tuple[np.ndarray, np.ndarray, np.ndarray], threshold: float | None) -> Mined:
+        """The pairs ``(scores, src, tgt)``, best first, with ``kept`` counting those above ``threshold``."""
+        kept = len(pairs[0]) if threshold is None else int(np.sum(pairs[0] > threshold))
+        return cls(*pairs, kept)
+
 
 def mine_vectors(
     src: Rows,
@@ -96,12 +102,10 @@ def select_mined(
 ) -> Mined:
     """The pairs of the kNN lists of both directions (``fwd_sim, fwd_ids, bwd_sim, bwd_ids``: every source's
     nearest targets, every target's nearest sources): LASER's margin, the retrieval mode, each sentence used once,
-    best first; ``kept`` counts those above ``threshold``. What :func:`mine_vectors` and the staged pipeline's
-    ``mine`` stage (``hf_tlaser.inference.stages``) both do with their lists."""
+    best first; ``kept`` counts those above ``threshold``. What :func:`mine_vectors` does with its lists (a staged
+    pipeline's ``margin`` and ``mine`` stages, ``hf_tlaser.inference.stages``, do it shard by shard)."""
     fwd, bwd = margin_scores(*lists, margin)
-    scores, src_ids, tgt_ids = select_pairs(fwd, bwd, retrieval, one_to_one=True)
-    kept = len(scores) if threshold is None else int(np.sum(scores > threshold))
-    return Mined(scores, src_ids, tgt_ids, kept)
+    return Mined.above(select_pairs(fwd, bwd, retrieval, one_to_one=True), threshold)
 
 
 def write_bitexts(

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import heapq
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TypeVar
+
 import numpy as np
 
 from .margin import Candidates
 
 RETRIEVALS = ("fwd", "bwd", "max", "intersect")
+T = TypeVar("T")
 DEFAULT_THRESHOLDS = {"ratio": 1.04, "distance": 0.0, "absolute": 0.0}
 """``--threshold`` by margin: 1.04 is the ratio threshold LASER's WikiMatrix README recommends for most pairs."""
 
@@ -17,6 +23,37 @@ def check_retrieval(retrieval: str) -> None:
         raise ValueError(f"unknown retrieval {retrieval!r}; valid: {', '.join(RETRIEVALS)}")
 
 
+RUNS = {"fwd": ("fwd",), "bwd": ("bwd",), "intersect": ("fwd",), "max": ("fwd", "bwd")}
+"""The directions whose best candidates each retrieval mode takes, in the order that breaks ties of equal score."""
+PAIR_DTYPE = np.dtype([("score", "<f4"), ("src", "<i8"), ("tgt", "<i8")])
+"""A scored pair as one record: what a staged pipeline's sorted runs (``margin`` stage) hold."""
+Pairs = tuple[np.ndarray, np.ndarray, np.ndarray]
+"""``(scores, src_ids, tgt_ids)``."""
+
+
+def direction_pairs(best: np.ndarray, score: np.ndarray, direction: str, offset: int = 0) -> Pairs:
+    """Each query's best candidate as a pair: ``fwd`` queries are sources, ``bwd`` queries are targets, numbered
+    from ``offset`` (a shard of the queries)."""
+    queries = np.arange(offset, offset + len(best))
+    return (score, queries, best) if direction == "fwd" else (score, best, queries)
+
+
+def mutual(pairs: Pairs, bwd_best: np.ndarray) -> Pairs:
+    """The forward pairs whose target's best source (``bwd_best``, -1: none) is their source (``intersect``)."""
+    scores, src, tgt = pairs
+    both = bwd_best[np.maximum(tgt, 0)] == src
+    return scores[both], src[both], tgt[both]
+
+
+def best_first(pairs: Pairs) -> Pairs:
+    """The pairs with a finite score (an approximate index's missing candidates score ``-inf``), by decreasing score;
+    equal scores keep their order."""
+    scores, src, tgt = pairs
+    keep = np.flatnonzero(np.isfinite(scores))
+    order = keep[np.argsort(-scores[keep], kind="stable")]
+    return scores[order], src[order], tgt[order]
+
+
 def select_pairs(
     fwd: Candidates,
     bwd: Candidates,
@@ -24,7 +61,7 @@ def select_pairs(
     *,
     threshold: float | None = None,
     one_to_one: bool = False,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+) -> Pairs:
     """Pairs ``(scores, src_ids, tgt_ids)`` chosen from margin-scored candidates, by decreasing score.
 
     ``fwd``: each source's candidate targets, ``bwd``: each target's candidate sources (see ``margin_scores``).
@@ -35,21 +72,11 @@ def select_pairs(
     check_retrieval(retrieval)
     fwd_best, fwd_score = fwd.best()
     bwd_best, bwd_score = bwd.best()
-    src_ids, tgt_ids = np.arange(len(fwd_best)), np.arange(len(bwd_best))
-    if retrieval == "fwd":
-        scores, src, tgt = fwd_score, src_ids, fwd_best
-    elif retrieval == "bwd":
-        scores, src, tgt = bwd_score, bwd_best, tgt_ids
-    elif retrieval == "intersect":
-        mutual = bwd_best[np.maximum(fwd_best, 0)] == src_ids
-        scores, src, tgt = fwd_score[mutual], src_ids[mutual], fwd_best[mutual]
-    else:
-        scores = np.concatenate([fwd_score, bwd_score])
-        src, tgt = np.concatenate([src_ids, bwd_best]), np.concatenate([fwd_best, tgt_ids])
-    keep = np.isfinite(scores)
-    scores, src, tgt = scores[keep], src[keep], tgt[keep]
-    order = np.argsort(-scores, kind="stable")
-    scores, src, tgt = scores[order], src[order], tgt[order]
+    pairs = {"fwd": direction_pairs(fwd_best, fwd_score, "fwd"), "bwd": direction_pairs(bwd_best, bwd_score, "bwd")}
+    if retrieval == "intersect":
+        pairs["fwd"] = mutual(pairs["fwd"], bwd_best)
+    chosen = [pairs[direction] for direction in RUNS[retrieval]]
+    scores, src, tgt = best_first(tuple(np.concatenate(column) for column in zip(*chosen)))
     if retrieval == "max" or one_to_one:
         first = greedy_one_to_one(src, tgt)
         scores, src, tgt = scores[first], src[first], tgt[first]
@@ -59,15 +86,40 @@ def select_pairs(
     return scores, src, tgt
 
 
+def first_uses(pairs: Iterable[tuple[T, int, int]], sizes: tuple[int, int]) -> Iterator[tuple[T, int, int]]:
+    """The ``(tag, src, tgt)`` pairs, taken in order, whose source and target are both still unused (``sizes``: how
+    many sources and targets there are; a byte of memory each)."""
+    used_src, used_tgt = bytearray(sizes[0]), bytearray(sizes[1])
+    for tag, i, j in pairs:
+        if not used_src[i] and not used_tgt[j]:
+            used_src[i] = used_tgt[j] = 1
+            yield tag, i, j
+
+
 def greedy_one_to_one(src: np.ndarray, tgt: np.ndarray) -> np.ndarray:
     """Positions of the pairs ``(src[p], tgt[p])``, taken in order, whose source and target are both still unused."""
-    used_src, used_tgt, kept = set(), set(), []
-    for position, (i, j) in enumerate(zip(src.tolist(), tgt.tolist())):
-        if i not in used_src and j not in used_tgt:
-            used_src.add(i)
-            used_tgt.add(j)
-            kept.append(position)
-    return np.asarray(kept, dtype=np.int64)
+    sizes = int(src.max(initial=-1)) + 1, int(tgt.max(initial=-1)) + 1
+    kept = first_uses(zip(range(len(src)), src.tolist(), tgt.tolist()), sizes)
+    return np.fromiter((position for position, _, _ in kept), dtype=np.int64)
+
+
+def merged_one_to_one(runs: Sequence[np.ndarray], sizes: tuple[int, int], block: int = 65536) -> Pairs:
+    """The pairs of ``runs`` (arrays of :data:`PAIR_DTYPE` records, each best first: memory maps, read ``block``
+    records at a time) taken as :func:`select_pairs` takes the pairs of their concatenation: by decreasing score,
+    equal scores in the runs' order (``heapq.merge`` is stable), each sentence used once. What a staged pipeline's
+    ``mine`` stage does with its query shards' runs, in the memory of the pairs it keeps and a byte per sentence."""
+
+    def records(run: np.ndarray) -> Iterator[tuple[float, int, int]]:
+        for start in range(0, len(run), block):
+            part = np.asarray(run[start : start + block])
+            yield from zip(part["score"].tolist(), part["src"].tolist(), part["tgt"].tolist())
+
+    scores, src, tgt = array("f"), array("q"), array("q")
+    for score, i, j in first_uses(heapq.merge(*map(records, runs), key=lambda pair: -pair[0]), sizes):
+        scores.append(score)
+        src.append(i)
+        tgt.append(j)
+    return np.frombuffer(scores, np.float32), np.frombuffer(src, np.int64), np.frombuffer(tgt, np.int64)
 
 
 def unique_rows(texts: list[str]) -> np.ndarray:

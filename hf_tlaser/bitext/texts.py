@@ -55,6 +55,21 @@ def read_texts(path: Path, argument: str) -> Texts:
     return Texts(lines, digest.hexdigest())
 
 
+def lines_at(path: Path, numbers: Sequence[int], sha256: str) -> dict[int, str]:
+    """The lines of ``path`` at ``numbers`` (0-based), read in one pass holding only those (split as
+    :func:`read_texts` splits them); ``ValueError`` when the file's SHA-256 is no longer ``sha256``."""
+    wanted, found = sorted(set(numbers)), {}
+    digest = hashlib.sha256()
+    position = 0
+    for number, line in enumerate(iter_lines(path, digest.update)):
+        if position < len(wanted) and number == wanted[position]:
+            found[number] = line
+            position += 1
+    if digest.hexdigest() != sha256:
+        raise ValueError(f"{path} changed since it was read (its SHA-256 is not {sha256[:12]}); mine it again")
+    return found
+
+
 def tsv_field(text: str) -> tuple[str, bool]:
     """``text`` with each tab and line-breaking character (``TSV_BREAKS``) replaced by a space, and whether any was."""
     clean = text.translate(_TSV_TABLE)

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hf_tlaser.bitext.filters import Filters, apply_filters, build_filters, run_threshold
+from hf_tlaser.bitext.filters import FILTERS, PER_PAIR, Filters, apply_filters, build_filters, run_threshold
 from hf_tlaser.bitext.index import EXACT_MAX_ROWS, Rows, SearchPlan, check_index, require_faiss
 from hf_tlaser.bitext.margin import MARGINS
 from hf_tlaser.bitext.mining import Mined, mine_vectors
@@ -324,14 +324,19 @@ def write_outputs(
     sides: tuple[Rows, Rows],
     mined: Mined,
     filters: tuple[Filters, tuple[float, str]],
+    judged: tuple[np.ndarray, dict[str, int | None]] | None = None,
 ) -> dict:
     """Filter the pairs above the threshold and write the TSV, the lines file, the histogram and the summary (what
-    ``hf-tlaser mine`` and the pipeline's last step both write); the summary."""
+    ``hf-tlaser mine`` and the pipeline's last step both write); the summary. ``judged``: the filters that judge
+    each pair alone, already run (a staged pipeline's ``filter`` stage: the pairs they keep, and their counts)."""
     (src_texts, tgt_texts), (src, tgt) = (texts[0].lines, texts[1].lines), sides
     _, src_lines, tgt_lines = kept_pairs(mined, src, tgt)
-    keep, removed = apply_filters(
-        filters[0], mined.scores[: mined.kept], [src_texts[i] for i in src_lines], [tgt_texts[j] for j in tgt_lines]
-    )
+    pairs = mined.scores[: mined.kept], [src_texts[i] for i in src_lines], [tgt_texts[j] for j in tgt_lines]
+    if judged is None:
+        keep, removed = apply_filters(filters[0], *pairs)
+    else:
+        keep, rest = apply_filters(filters[0], *pairs, names=[n for n in FILTERS if n not in PER_PAIR], keep=judged[0])
+        removed = {**judged[1], **rest}
     summary = run_summary(args, texts, (src.rows, tgt.rows), mined, removed, filters[1])
     try:
         changed = write_pairs(mined, args.output, src_texts, tgt_texts, src, tgt, keep)

@@ -1,15 +1,15 @@
 """``hf-tlaser mine-pipeline``: ``hf-tlaser mine`` as stages on disk (:mod:`hf_tlaser.inference.stages`: train the
-indexes, populate their shards, search each query shard, mine), each stage's tasks run as jobs by submitit: local
-processes (``--launcher local``, at most ``--workers`` at a time) or a Slurm job array (``--launcher slurm``, at most
-``--workers`` array tasks at a time); ``--launcher inline`` runs them in this process. The pairs, scores and outputs
-are those of ``hf-tlaser mine`` with the same arguments: the same search, margin, selection, filters and writers, the
-database cut into the same shards (those that fit ``--index-memory``), each query searched in the same block of
-``--batch-size`` queries; ``--shards`` cuts the queries into the search stage's tasks.
+indexes, populate their shards, search each query shard, score its margins, merge and mine), each stage's tasks run
+as jobs by submitit: local processes (``--launcher local``, at most ``--workers`` at a time) or a Slurm job array
+(``--launcher slurm``, at most ``--workers`` array tasks at a time); ``--launcher inline`` runs them in this process.
+The pairs, scores and outputs are those of ``hf-tlaser mine`` with the same arguments: the same search, margin,
+selection, filters and writers, the database cut into the same shards (those that fit ``--index-memory``), each query
+searched in the same block of ``--batch-size`` queries; ``--shards`` cuts the queries into the search stage's tasks.
 
 The vectors come from ``hf-tlaser embed`` (for many jobs: ``--shard i/n``, one job per shard; give all the shard
 files). The work folder (``--work``) keeps every stage's files: a stage whose files exist is skipped, a killed stage
 runs again only its unfinished tasks, and ``--stage`` runs some stages only (e.g. ``train,populate`` on one
-allocation, ``search,mine`` on another). A work folder holds one pipeline: other inputs or settings are refused.
+allocation, ``search,margin,mine`` on another). A work folder holds one pipeline: other inputs or settings are refused.
 
 Before any job: the arguments and outputs are checked as ``hf-tlaser mine`` checks them, the texts are read once
 (their unique lines are saved in the work folder), the embeddings are checked against them, the index string is
@@ -24,10 +24,12 @@ import logging
 import re
 import shutil
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
+from hf_tlaser.bitext.filters import PER_PAIR
 from hf_tlaser.bitext.index import make_index, shard_rows
 from hf_tlaser.bitext.select import unique_rows
 from hf_tlaser.bitext.texts import read_texts
@@ -36,7 +38,7 @@ from hf_tlaser.errors import UsageError
 from hf_tlaser.guards import OutputLock, check_writable, lock_path
 from hf_tlaser.hardware import available_cpus
 from hf_tlaser.inference import mine
-from hf_tlaser.inference.stages import CONFIG, SIDES, STAGES, Work, read_mined, run_tasks
+from hf_tlaser.inference.stages import CONFIG, FORMAT, SIDES, STAGES, Work, read_mined, run_tasks
 from hf_tlaser.inference.store import check_compatible
 
 logger = logging.getLogger(__name__)
@@ -120,7 +122,7 @@ def pipeline_config(args: argparse.Namespace, texts: tuple, rows: tuple, thresho
     for side, text, unique, paths in zip(SIDES, texts, rows, (args.src_embeddings, args.tgt_embeddings)):
         array, meta[side] = mine.load_side(getattr(args, side), text, paths, side)
         meta[side] = {
-            "texts": str(getattr(args, side)),
+            "texts": str(Path(getattr(args, side)).resolve()),
             "sha256": text.sha256,
             "lines": len(text.lines),
             "unique": len(unique),
@@ -133,7 +135,8 @@ def pipeline_config(args: argparse.Namespace, texts: tuple, rows: tuple, thresho
     check_compatible(meta["src"], meta["tgt"], "--src-embeddings/--tgt-embeddings")
     search = vars(mine.search_plan(args))
     scoring = dict(k=args.neighbours, margin=args.margin, retrieval=args.retrieval, threshold=threshold)
-    return {**meta, "dim": meta["src"]["dim"], "search": search, **scoring, "shards": args.shards}
+    settings = {"dim": meta["src"]["dim"], "search": search, **scoring, "shards": args.shards}
+    return {"format": FORMAT, **meta, **settings}
 
 
 def prepare(args: argparse.Namespace, config: dict, rows: tuple) -> Work:
@@ -228,9 +231,10 @@ def run_stage(args: argparse.Namespace, work: Work, stage: str) -> int:
 
 
 def write_outputs(args: argparse.Namespace, work: Work, texts: tuple, filters: tuple) -> dict:
-    """The ``mine`` stage's pairs filtered and written as ``hf-tlaser mine`` writes them (its ``write_outputs``);
-    the summary."""
-    return mine.write_outputs(args, texts, (work.rows("src"), work.rows("tgt")), read_mined(work), filters)
+    """The ``mine`` stage's pairs, with the ``filter`` stage's judgement, deduplicated and written as ``hf-tlaser
+    mine`` writes them (its ``write_outputs``); the summary."""
+    sides = work.rows("src"), work.rows("tgt")
+    return mine.write_outputs(args, texts, sides, read_mined(work), filters, judged=work.judged())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -241,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def work() -> int:
         stages = check_args(args)
-        if "mine" in stages:
+        if "filter" in stages:
             others = tuple(zip(("--output (lines)", "--output (summary)"), mine.side_outputs(args.output)))
             mine.check_outputs(args.output, args.histogram, args.overwrite, others)
         filters = mine.filters_from_args(args)
@@ -256,6 +260,9 @@ def main(argv: list[str] | None = None) -> int:
             mine.check_indexes(mine.search_plan(args), (len(rows[0]), len(rows[1])), config["dim"])
             check_inputs(Work(args.work, config), stages[0])  # the later stages' come from the earlier ones
             folder = prepare(args, config, rows)
+            if filters[0].active(PER_PAIR):
+                folder = replace(folder, filters=replace(filters[0], dedup=False).settings())
+                folder.write_filters()
             try:
                 for stage in stages:
                     ran = run_stage(args, folder, stage)
@@ -264,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
             except JobFailed as err:
                 print(f"hf-tlaser mine-pipeline: error: {err}", file=sys.stderr)
                 return 1
-            if "mine" not in stages:
+            if "filter" not in stages:
                 return 0
             summary = write_outputs(args, folder, texts, filters)
         mine.report(args.command, args, summary)

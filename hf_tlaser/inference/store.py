@@ -146,14 +146,51 @@ def first_non_finite(array: np.ndarray, block: int = 65536) -> int | None:
     return None
 
 
+class StackedRows:
+    """Several [n_i, d] arrays of one dtype (memory maps) read as one [sum n_i, d] array without concatenating them:
+    ``stacked[rows]`` (an integer, a slice or an array of row numbers) reads only those rows, from the files that
+    hold them; ``np.asarray(stacked)`` reads them all."""
+
+    def __init__(self, parts: Sequence[np.ndarray]) -> None:
+        self.parts = list(parts)
+        self.starts = np.cumsum([0] + [len(part) for part in self.parts])
+        self.dtype = self.parts[0].dtype
+        self.shape = (int(self.starts[-1]), int(self.parts[0].shape[1]))
+        self.ndim = 2
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, key: int | slice | np.ndarray) -> np.ndarray:
+        if isinstance(key, slice):
+            return self[np.arange(*key.indices(len(self)))]
+        rows = np.asarray(key)
+        if rows.ndim == 0:
+            return self[rows.reshape(1)][0]
+        rows = np.where(rows < 0, rows + len(self), rows)
+        if rows.size and (rows.min() < 0 or rows.max() >= len(self)):
+            raise IndexError(f"row {int(rows.max() if rows.max() >= len(self) else rows.min())} of {len(self)} rows")
+        out = np.empty((len(rows), self.shape[1]), dtype=self.dtype)
+        part = np.searchsorted(self.starts, rows, side="right") - 1
+        for p in np.unique(part).tolist():
+            chosen = part == p
+            out[chosen] = self.parts[p][rows[chosen] - self.starts[p]]
+        return out
+
+    def __array__(self, dtype: np.dtype | None = None, copy: bool | None = None) -> np.ndarray:
+        joined = np.concatenate(self.parts)
+        return joined if dtype is None else joined.astype(dtype)
+
+
 def read_embeddings(
     paths: str | os.PathLike | Sequence[str | os.PathLike], argument: str | None = None
-) -> tuple[np.ndarray, dict]:
+) -> tuple[np.ndarray | StackedRows, dict]:
     """The rows and sidecar of one embeddings file (a read-only memory map), or of several shard files of one input
     and model (``--shard i/n`` outputs, in any order): checked compatible and covering the input's lines without gap
-    or overlap, concatenated in line order (read into memory). The returned meta of several files sums ``count``,
-    ``lines``, ``truncated`` and ``empty``, spans their ``start``/``stop``, has ``shard`` null and lists ``paths``.
-    ``UsageError`` (prefixed with ``argument``) naming the file at fault."""
+    or overlap, read as one array in line order without joining them (:class:`StackedRows` of their memory maps:
+    indexing reads only the rows asked for; ``np.asarray`` joins them in memory). The returned meta of several files
+    sums ``count``, ``lines``, ``truncated`` and ``empty``, spans their ``start``/``stop``, has ``shard`` null and
+    lists ``paths``. ``UsageError`` (prefixed with ``argument``) naming the file at fault."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     if not paths:
@@ -182,7 +219,7 @@ def read_embeddings(
             f"{where}: the shards stop at line {expected} of {first['input_lines']}: lines {expected}-"
             f"{first['input_lines'] - 1} are missing; give every shard"
         )
-    array = np.concatenate([array for array, _ in parts])
+    array = StackedRows([array for array, _ in parts])
     meta = {**first, **{key: sum(m.get(key, 0) for _, m in parts) for key in _SUMMED}}
     meta.update(start=0, stop=expected, shard=None, path=None, paths=[m["path"] for _, m in parts])
     return array, meta

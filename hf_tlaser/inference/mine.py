@@ -204,7 +204,11 @@ def add_filter_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--min-chars", type=int, default=0, help="drop pairs with a side of fewer characters")
     group.add_argument("--max-chars", type=int, help="drop pairs with a side of more characters")
     group.add_argument(
-        "--max-length-ratio", type=float, help="drop pairs whose longer side has more times the shorter's characters"
+        "--max-length-ratio",
+        type=float,
+        help="drop pairs whose longer side has more times the shorter's characters (characters as they are: between "
+        "languages of unlike density, e.g. zh or ja against en, give a ratio well above theirs, about 3; "
+        "docs/embed_and_mine.md)",
     )
     group.add_argument("--lid", action="store_true", help="keep pairs whose sides py3langid identifies as --*-lang")
     group.add_argument("--dedup-normalised", action="store_true", help="keep the best pair of each normalised text")

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hf_tlaser.bitext.filters import Filters, apply_filters, build_filters
+from hf_tlaser.bitext.filters import Filters, apply_filters, build_filters, flores_length_factors
 from hf_tlaser.bitext.mining import mine
 from hf_tlaser.errors import UsageError
 from hf_tlaser.evaluation.lexical import tfidf_char_embed
@@ -217,10 +217,12 @@ def mine_task(task: MiningTask, embed: Embed | None, k: int, sparse_tfidf: bool)
 
 
 @functools.cache
-def pair_filters(lang: str) -> Filters:
+def pair_filters(lang: str, data_dir: str | None = None) -> Filters:
     """``--filters``: ``hf-tlaser mine``'s filters that apply to clean news (language identification of both sides,
-    a length ratio of 2, near-duplicates); the score cap is left out (e5's margins stay under stopes' 1.25)."""
-    return build_filters(max_length_ratio=2.0, languages=(lang, "en"), lid=True, dedup=True)
+    a length ratio of 2 in English-equivalent characters: stopes' FLORES length factors, near-duplicates); the score
+    cap is left out (e5's margins stay under stopes' 1.25)."""
+    factors = flores_length_factors(corpus_folder(data_dir, "flores-devtest"), (lang, "en"))
+    return build_filters(max_length_ratio=2.0, languages=(lang, "en"), lid=True, dedup=True, length_factors=factors)
 
 
 def filtered(task: MiningTask, pairs: list[tuple[float, int, int]], filters: Filters) -> list[tuple[float, int, int]]:
@@ -335,7 +337,8 @@ def main(argv: list[str] | None = None) -> int:
         embed = None if embed is None else remembered(embed)
         results[name] = {bench: evaluate(tasks, embed) for bench, tasks in benchmarks.items()}
         if args.filters:
-            with_filters = {bench: evaluate(tasks, embed, filters=pair_filters) for bench, tasks in benchmarks.items()}
+            filters = functools.partial(pair_filters, data_dir=args.data_dir)
+            with_filters = {bench: evaluate(tasks, embed, filters=filters) for bench, tasks in benchmarks.items()}
             results[f"{name} + filters"] = with_filters
         logger.info("%s: %.0f s", name, time.perf_counter() - start)
     print("NTREX-128 (threshold chosen on the sample split, F1 / precision / recall % on the test split):\n")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ from hf_tlaser.bitext.filters import (
     apply_filters,
     build_filters,
     dedup_mask,
+    flores_length_factors,
     length_mask,
     lid_language,
     lid_mask,
@@ -30,6 +32,7 @@ from hf_tlaser.bitext.filters import (
 )
 from hf_tlaser.bitext.index import Rows
 from hf_tlaser.bitext.mining import mine_vectors
+from hf_tlaser.data.corpora import flores_file
 from hf_tlaser.errors import UsageError
 from hf_tlaser.inference import mine
 from tests.test_mine import mine_args, parallel_corpus, read_tsv, write_embeddings
@@ -63,6 +66,18 @@ def test_score_length_and_ratio_masks():
     assert ratio_mask(src, tgt, 2.5).tolist() == [True, False, False, True]
     assert ratio_mask(src, tgt, 3).tolist() == [True, True, True, True]
     assert ratio_mask([""], ["ab"], 2).tolist() == [True]  # an empty side counts as one character
+    # length factors (English-equivalent characters): the source's count times 3, the target's as it is
+    assert ratio_mask(["ab", "abcd"], ["abcdef", "abcdef"], 1.5, (3.0, 1.0)).tolist() == [True, False]  # 6/6, 12/6
+    assert length_mask(["ab", "abcd"], ["abcdef", "abcdef"], 7, factors=(3.0, 1.0)).tolist() == [False, False]
+    assert length_mask(["ab", "abc"], ["abcdefg", "abcdefg"], 7, factors=(3.5, 1.0)).tolist() == [True, True]
+
+
+def test_flores_length_factors_are_english_characters_over_the_language(data_dir):
+    folder = Path(data_dir) / "flores-devtest"
+    zh, en = flores_length_factors(folder, ("zh", "en"))
+    chars = {code: len(flores_file(folder, code).read_text(encoding="utf-8")) for code in ("zh", "en", "de")}
+    assert en == 1.0 and zh == chars["en"] / chars["zh"] and 2.5 < zh < 3.5  # Chinese: a third of the characters
+    assert flores_length_factors(folder, ("deu", "en"))[0] == chars["en"] / chars["de"] < 1
 
 
 def test_dedup_keeps_the_best_scored_pair_of_each_normalised_text():
@@ -100,9 +115,13 @@ def test_apply_filters_counts_each_filter_on_what_the_earlier_ones_kept():
 
 def test_filter_settings_round_trip_through_json():
     pytest.importorskip("py3langid")
-    filters = build_filters(1.25, min_chars=2, max_length_ratio=2.0, languages=("deu", "en"), lid=True, dedup=True)
+    filters = build_filters(
+        1.25, min_chars=2, max_length_ratio=2.0, languages=("deu", "en"), lid=True, dedup=True, length_factors=(0.9, 1)
+    )
     settings = json.loads(json.dumps(filters.settings()))
-    assert settings["languages"] == ["de", "en"] and "identify" not in settings
+    assert (
+        settings["languages"] == ["de", "en"] and "identify" not in settings and settings["length_factors"] == [0.9, 1]
+    )
     again = Filters.from_settings(settings)
     assert again.settings() == filters.settings() and again.identify("Das ist ein Haus.") == "de"
     assert again.active(PER_PAIR) and not Filters(dedup=True).active(PER_PAIR) and Filters(dedup=True).active()
@@ -382,6 +401,15 @@ def bad_cap(folder):
     return ["--max-score", "nan"], "--max-score nan", "give a finite score"
 
 
+def factors_without_languages(folder):
+    return ["--length-factors", "flores", "--tgt-lang", "en"], "--length-factors flores", "give the languages of both"
+
+
+def factors_without_flores(folder):
+    flags = ["--length-factors", "flores", "--src-lang", "tlh", "--tgt-lang", "en", "--max-length-ratio", "2"]
+    return flags, "--length-factors flores: flores-devtest: no file for 'tlh'", "give an ISO 639-1 code"
+
+
 @pytest.mark.parametrize(
     "corrupt",
     [
@@ -395,6 +423,8 @@ def bad_cap(folder):
         bad_limits,
         bad_ratio,
         bad_cap,
+        factors_without_languages,
+        factors_without_flores,
     ],
 )
 def test_bad_filter_input_one_line_exit_2_nothing_written(corpus, capsys, corrupt):
@@ -407,3 +437,15 @@ def test_bad_filter_input_one_line_exit_2_nothing_written(corpus, capsys, corrup
     assert {path.name: path.read_bytes() for path in folder.iterdir() if path.suffix != ".lock"} == {
         name: data for name, data in before.items() if not name.endswith(".lock")
     }
+
+
+def test_length_factors_keep_chinese_translations_that_raw_characters_remove(data_dir):
+    """The BUCC-style benchmark's finding: a ratio of 2 in characters removes most true zh-en pairs; in
+    English-equivalent characters (FLORES factors) it keeps them."""
+    folder = Path(data_dir) / "flores-devtest"
+    zh, en = (flores_file(folder, code).read_text(encoding="utf-8").splitlines()[:100] for code in ("zh", "en"))
+    scores = np.ones(len(zh))
+    raw, _ = apply_filters(build_filters(max_length_ratio=2.0), scores, zh, en)
+    factors = flores_length_factors(folder, ("zh", "en"))
+    scaled, removed = apply_filters(build_filters(max_length_ratio=2.0, length_factors=factors), scores, zh, en)
+    assert raw.sum() < 20 and scaled.sum() >= 95 and removed["length_ratio"] == 100 - scaled.sum()

@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from hf_tlaser.data.corpora import flores_file
 from hf_tlaser.data.languages import ISO639_1, ISO639_3, normalize_language, parse_pairs
 from hf_tlaser.errors import UsageError
 
@@ -65,21 +66,44 @@ def score_mask(scores: np.ndarray, maximum: float) -> np.ndarray:
     return np.asarray(scores) <= maximum
 
 
+def scaled_lengths(src_texts: Sequence[str], tgt_texts: Sequence[str], factors: tuple[float, float]) -> np.ndarray:
+    """[pairs, 2]: each side's characters times its language's length factor (:func:`flores_length_factors`)."""
+    counts = np.array([[len(s), len(t)] for s, t in zip(src_texts, tgt_texts)], dtype=np.float64).reshape(-1, 2)
+    return counts * np.asarray(factors, dtype=np.float64)
+
+
 def length_mask(
-    src_texts: Sequence[str], tgt_texts: Sequence[str], min_chars: int = 0, max_chars: int | None = None
+    src_texts: Sequence[str],
+    tgt_texts: Sequence[str],
+    min_chars: int = 0,
+    max_chars: int | None = None,
+    factors: tuple[float, float] = (1.0, 1.0),
 ) -> np.ndarray:
-    """Pairs whose two texts both have ``min_chars`` to ``max_chars`` characters (``None``: no upper limit)."""
-    lengths = np.array([[len(s), len(t)] for s, t in zip(src_texts, tgt_texts)], dtype=np.int64).reshape(-1, 2)
+    """Pairs whose two texts both have ``min_chars`` to ``max_chars`` characters (``None``: no upper limit), each
+    side's count times its length factor."""
+    lengths = scaled_lengths(src_texts, tgt_texts, factors)
     keep = (lengths >= min_chars).all(axis=1)
     if max_chars is not None:
         keep &= (lengths <= max_chars).all(axis=1)
     return keep
 
 
-def ratio_mask(src_texts: Sequence[str], tgt_texts: Sequence[str], max_ratio: float) -> np.ndarray:
-    """Pairs whose longer text has at most ``max_ratio`` times the characters of the shorter (at least 1)."""
-    lengths = np.array([[len(s), len(t)] for s, t in zip(src_texts, tgt_texts)], dtype=np.float64).reshape(-1, 2)
-    return lengths.max(axis=1) <= max_ratio * np.maximum(lengths.min(axis=1), 1)
+def ratio_mask(
+    src_texts: Sequence[str], tgt_texts: Sequence[str], max_ratio: float, factors: tuple[float, float] = (1.0, 1.0)
+) -> np.ndarray:
+    """Pairs whose longer text has at most ``max_ratio`` times the characters of the shorter (at least 1), each side's
+    count times its length factor."""
+    scaled = scaled_lengths(src_texts, tgt_texts, factors)
+    return scaled.max(axis=1) <= max_ratio * np.maximum(scaled.min(axis=1), 1)
+
+
+def flores_length_factors(folder: Path, languages: tuple[str, str]) -> tuple[float, float]:
+    """stopes' length factors (its ``compute_length_factors.py``) of two languages: English's characters over the
+    language's in FLORES-200 devtest (``folder``: the same 1,012 sentences in each), so that a scaled length counts
+    English-equivalent characters (zh 3.0, ja 2.3, de 0.86). ``MissingDataError`` naming a language without a file."""
+    english = len(flores_file(folder, "en").read_text(encoding="utf-8"))
+    src, tgt = (english / len(flores_file(folder, lang).read_text(encoding="utf-8")) for lang in languages)
+    return src, tgt
 
 
 def lid_mask(
@@ -224,6 +248,7 @@ class Filters:
     languages: tuple[str, str] | None = None
     identify: Callable[[str], str] | None = None
     dedup: bool = False
+    length_factors: tuple[float, float] = (1.0, 1.0)
 
     def settings(self) -> dict:
         """The filters as plain values (JSON), which :meth:`from_settings` turns back into them."""
@@ -234,7 +259,9 @@ class Filters:
         """The filters of :meth:`settings`, the language identifier loaded when they identify languages."""
         languages = settings["languages"]
         identify = load_identifier()[0] if languages is not None else None
-        return cls(**{**settings, "languages": None if languages is None else tuple(languages)}, identify=identify)
+        tuples = {"languages": None if languages is None else tuple(languages)}
+        tuples["length_factors"] = tuple(settings["length_factors"])
+        return cls(**{**settings, **tuples}, identify=identify)
 
     def active(self, names: Sequence[str] = FILTERS) -> bool:
         """Whether any filter of ``names`` is on."""
@@ -246,9 +273,15 @@ class Filters:
         lid = self.languages is not None and self.identify is not None
         return {
             "max_score": None if self.max_score is None else lambda sc, s, t: score_mask(sc, self.max_score),
-            "length": (lambda sc, s, t: length_mask(s, t, self.min_chars, self.max_chars)) if lengths else None,
+            "length": (
+                (lambda sc, s, t: length_mask(s, t, self.min_chars, self.max_chars, self.length_factors))
+                if lengths
+                else None
+            ),
             "length_ratio": (
-                None if self.max_length_ratio is None else lambda sc, s, t: ratio_mask(s, t, self.max_length_ratio)
+                None
+                if self.max_length_ratio is None
+                else lambda sc, s, t: ratio_mask(s, t, self.max_length_ratio, self.length_factors)
             ),
             "lid": (lambda sc, s, t: lid_mask(s, t, *self.languages, self.identify)) if lid else None,
             "dedup": (lambda sc, s, t: dedup_mask(sc, s, t)) if self.dedup else None,
@@ -264,6 +297,7 @@ def build_filters(
     languages: tuple[str | None, str | None] = (None, None),
     lid: bool = False,
     dedup: bool = False,
+    length_factors: tuple[float, float] = (1.0, 1.0),
 ) -> Filters:
     """:class:`Filters` from ``hf-tlaser mine``'s options (named in the errors), checked: ``UsageError`` on a limit
     out of its range, ``lid`` without both languages or with one py3langid does not identify, or py3langid missing
@@ -279,7 +313,8 @@ def build_filters(
         src, tgt = check_languages(languages, "--lid")
         identify, labels = load_identifier()
         languages = lid_language(src, labels, "--src-lang"), lid_language(tgt, labels, "--tgt-lang")
-    return Filters(max_score, min_chars, max_chars, max_length_ratio, languages if lid else None, identify, dedup)
+    languages = languages if lid else None
+    return Filters(max_score, min_chars, max_chars, max_length_ratio, languages, identify, dedup, length_factors)
 
 
 def apply_filters(

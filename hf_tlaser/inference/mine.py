@@ -21,11 +21,12 @@ largest size, and the ``--index`` string is built on a sample (or refused, e.g. 
 written in ``OUTPUT.embeddings.tmp/`` beside the output (removed at the end, and by the next run on the output when a
 killed run left it).
 
-Filters (``--max-score``, ``--min-chars``/``--max-chars``, ``--max-length-ratio``, ``--lid``, ``--dedup-normalised``;
-:mod:`hf_tlaser.bitext.filters`) remove pairs above the threshold, each counted in the log and the summary; with none
-the TSV is what it was without them. ``--thresholds FILE`` takes the threshold of the language pair ``--src-lang``-
-``--tgt-lang`` from a file. Beside the TSV: ``OUTPUT.lines.tsv`` (score and 0-based line numbers of both sides, one
-line per TSV line) and ``OUTPUT.summary.json`` (the counts of every step, the arguments, the inputs' SHA-256).
+Filters (``--max-score``, ``--min-chars``/``--max-chars``, ``--max-length-ratio`` with ``--length-factors``, ``--lid``,
+``--dedup-normalised``; :mod:`hf_tlaser.bitext.filters`) remove pairs above the threshold, each counted in the log and
+the summary; with none the TSV is what it was without them. ``--thresholds FILE`` takes the threshold of the language
+pair ``--src-lang``-``--tgt-lang`` from a file. Beside the TSV: ``OUTPUT.lines.tsv`` (score and 0-based line numbers of
+both sides, one line per TSV line) and ``OUTPUT.summary.json`` (the counts of every step, the arguments, the inputs'
+SHA-256).
 """
 
 from __future__ import annotations
@@ -39,16 +40,26 @@ from pathlib import Path
 
 import numpy as np
 
-from hf_tlaser.bitext.filters import FILTERS, PER_PAIR, Filters, apply_filters, build_filters, run_threshold
+from hf_tlaser.bitext.filters import (
+    FILTERS,
+    PER_PAIR,
+    Filters,
+    apply_filters,
+    build_filters,
+    check_languages,
+    flores_length_factors,
+    run_threshold,
+)
 from hf_tlaser.bitext.index import EXACT_MAX_ROWS, Rows, SearchPlan, check_index, require_faiss
 from hf_tlaser.bitext.margin import MARGINS
 from hf_tlaser.bitext.mining import Mined, mine_vectors
 from hf_tlaser.bitext.select import RETRIEVALS, unique_rows
 from hf_tlaser.bitext.texts import Texts, read_texts, write_lines, write_tsv
 from hf_tlaser.commands import run_command
+from hf_tlaser.data.paths import get_data_dir
 from hf_tlaser.encoders import vector_width
 from hf_tlaser.encoders.vectors import save_json
-from hf_tlaser.errors import UsageError
+from hf_tlaser.errors import MissingDataError, UsageError
 from hf_tlaser.guards import OutputLock, check_space, check_writable, write_failed
 from hf_tlaser.hardware import PRECISIONS
 from hf_tlaser.inference import embed
@@ -206,9 +217,18 @@ def add_filter_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--max-length-ratio",
         type=float,
-        help="drop pairs whose longer side has more times the shorter's characters (characters as they are: between "
-        "languages of unlike density, e.g. zh or ja against en, give a ratio well above theirs, about 3; "
-        "docs/embed_and_mine.md)",
+        help="drop pairs whose longer side has more times the shorter's characters (see --length-factors)",
+    )
+    group.add_argument(
+        "--length-factors",
+        choices=("none", "flores"),
+        default="none",
+        help="flores: scale each side's characters by its language's FLORES-200 length factor (stopes': English "
+        "characters over the language's, zh 3.0), for --min/--max-chars and --max-length-ratio across scripts; needs "
+        "--src-lang, --tgt-lang and flores-devtest in the data folder (default: none, characters as they are)",
+    )
+    group.add_argument(
+        "--data-dir", help="corpora folder for --length-factors (default: $HF_TLASER_DATA, else ../shared/data)"
     )
     group.add_argument("--lid", action="store_true", help="keep pairs whose sides py3langid identifies as --*-lang")
     group.add_argument("--dedup-normalised", action="store_true", help="keep the best pair of each normalised text")
@@ -241,9 +261,24 @@ def filters_from_args(args: argparse.Namespace) -> tuple[Filters, tuple[float, s
     langs = args.src_lang, args.tgt_lang
     threshold = run_threshold(args.threshold, args.thresholds, args.margin, langs)
     limits = dict(min_chars=args.min_chars, max_chars=args.max_chars, max_length_ratio=args.max_length_ratio)
-    return build_filters(
-        args.max_score, **limits, languages=langs, lid=args.lid, dedup=args.dedup_normalised
-    ), threshold
+    factors = (1.0, 1.0)
+    if args.length_factors == "flores":
+        langs = check_languages(langs, "--length-factors flores")
+        try:
+            factors = flores_length_factors(get_data_dir(args.data_dir) / "flores-devtest", langs)
+        except MissingDataError as err:
+            raise UsageError(f"--length-factors flores: {err}") from None
+        logger.info(
+            "lengths scaled by FLORES-200 length factors: %s %.3f, %s %.3f",
+            langs[0],
+            factors[0],
+            *langs[1:],
+            factors[1],
+        )
+    filters = build_filters(
+        args.max_score, **limits, languages=langs, lid=args.lid, dedup=args.dedup_normalised, length_factors=factors
+    )
+    return filters, threshold
 
 
 def search_plan(args: argparse.Namespace) -> SearchPlan:

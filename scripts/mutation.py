@@ -99,7 +99,7 @@ MODULES: dict[str, dict[str, list[str]]] = {
         ],
         # the texts read, the TSV written, the output checks, the lock and --model's temporaries (main)
         "hf_tlaser/inference/mine.py": [
-            "x_write_pairs",
+            "x_write_outputs",
             "x_check_outputs",
             "x_check_input",
             "x_load_side",
@@ -164,8 +164,17 @@ MODULES: dict[str, dict[str, list[str]]] = {
             "x_greedy_one_to_one",
             "x_merged_one_to_one",
             "x_unique_rows",
+            "x_first_rows",
         ],
-        "hf_tlaser/bitext/texts.py": ["x_read_texts", "x_lines_at", "x_tsv_field", "x_write_tsv"],
+        "hf_tlaser/bitext/texts.py": [
+            "x_read_texts",
+            "x_digest_texts",
+            "x_text_keys",
+            "x_line_keys",
+            "x_lines_at",
+            "x_tsv_field",
+            "x_write_tsv",
+        ],
     },
     # the embeddings file: sidecar, shards joined, resumable writer, allocation
     "store": {"hf_tlaser/inference/store.py": ["*"]},
@@ -220,6 +229,7 @@ TEST_FILES: dict[str, list[str]] = {
     "bitext": [
         "tests/test_mine.py",
         "tests/test_mine_pipeline.py",  # the staged runs' merge of sorted runs, a filter slice's lines
+        "tests/test_bitext_texts.py",  # a text file's digest in chunks, its lines' keys, the unique lines from them
         "tests/test_reliability.py",
         "tests/test_mutants_inference.py",
         "tests/test_embed.py",

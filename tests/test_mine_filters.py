@@ -18,6 +18,7 @@ from hf_tlaser.bitext.filters import (
     Filters,
     apply_filters,
     build_filters,
+    dedup_keys_mask,
     dedup_mask,
     flores_length_factors,
     length_mask,
@@ -25,6 +26,7 @@ from hf_tlaser.bitext.filters import (
     lid_mask,
     load_identifier,
     normalise,
+    normalised_keys,
     pair_threshold,
     ratio_mask,
     read_thresholds,
@@ -106,11 +108,40 @@ def test_apply_filters_counts_each_filter_on_what_the_earlier_ones_kept():
     parts = [apply_filters(filters, scores[a:b], src[a:b], tgt[a:b], names=PER_PAIR) for a, b in ((0, 1), (1, 4))]
     assert [tuple(part[1]) for part in parts] == [PER_PAIR] * 2 and [part[1]["length"] for part in parts] == [0, 1]
     judged = np.concatenate([part[0] for part in parts])
-    keep, removed = apply_filters(filters, scores, src, tgt, names=["dedup"], keep=judged)
-    assert keep.tolist() == [False, True, False, False] and removed == {"dedup": 0} and judged.tolist()[1] is True
+    assert judged.tolist() == [False, True, False, False]
+    # ... then near-duplicates from the normalised keys of what they kept (the dedup stage)
+    alive = np.flatnonzero(judged)
     shared = ["aaaa", "aaaa!", "aaaa?", "cccc"]  # 1 and 2: one normalised text, and 0 judged out before
-    keep, removed = apply_filters(filters, scores, shared, tgt, names=["dedup"], keep=np.array([False, True, 1, 1]) > 0)
-    assert keep.tolist() == [False, True, False, True] and removed == {"dedup": 1}
+    src_keys, tgt_keys = normalised_keys(shared, tgt)
+    judged[[2, 3]] = True
+    alive = np.flatnonzero(judged)
+    kept = dedup_keys_mask(scores[alive], src_keys[alive], tgt_keys[alive])
+    assert alive[kept].tolist() == [1, 3]  # 2 shares 1's normalised source; 0's (judged out) does not count
+    assert dedup_keys_mask(scores, src_keys, tgt_keys).tolist() == [True, False, False, True]
+
+
+def reference_dedup(scores, src, tgt, per_side=True):
+    """Near-duplicate removal as sets of normalised strings (what ``dedup_keys_mask`` does with keys and ranks)."""
+    keep, seen = np.zeros(len(scores), dtype=bool), set()
+    for position in np.argsort(-np.asarray(scores), kind="stable").tolist():
+        a, b = normalise(src[position]), normalise(tgt[position])
+        keys = [("pair", a, b)] + ([("src", a), ("tgt", b)] if per_side else [])
+        if not seen.intersection(keys):
+            keep[position] = True
+            seen.update(keys)
+    return keep
+
+
+@pytest.mark.parametrize("per_side", [True, False])
+def test_dedup_by_keys_is_dedup_by_normalised_strings(per_side):
+    rng = np.random.default_rng(7)
+    words = ["Tag", "tag!", "Nacht", "nacht.", "Haus", "1 Haus", "Baum", "", "?", "Weg", "weg", "See", "Berg"]
+    src = [" ".join(rng.choice(words, size=rng.integers(1, 4))) for _ in range(400)]
+    tgt = [" ".join(rng.choice(words, size=rng.integers(1, 4))) for _ in range(400)]
+    scores = rng.choice([1.0, 1.1, 1.2, 1.3], size=400)  # many ties: the first of equal scores wins
+    expected = reference_dedup(scores, src, tgt, per_side)
+    assert 50 < expected.sum() < 390
+    assert dedup_mask(scores, src, tgt, per_side=per_side).tolist() == expected.tolist()
 
 
 def test_filter_settings_round_trip_through_json():

@@ -15,8 +15,8 @@ from test_mine import parallel_corpus, write_embeddings
 from hf_tlaser.bitext.index import database_shards
 from hf_tlaser.bitext.texts import lines_at, read_texts
 from hf_tlaser.inference import mine, pipeline
-from hf_tlaser.inference.stages import Work, shard_bounds
 from hf_tlaser.inference.store import StackedRows
+from hf_tlaser.inference.work import Work, shard_bounds
 
 pytest.importorskip("faiss")
 pytest.importorskip("submitit")
@@ -105,17 +105,28 @@ def test_a_stage_runs_again_only_its_unfinished_tasks(corpus, tmp_path, capsys):
     stats = [json.loads(path.read_text()) for path in (work / "stats").iterdir()]
     assert (
         sorted(record["stage"] for record in stats)
-        == ["margin"] * 6 + ["mine"] + ["populate"] * 16 + ["search"] * 6 + ["train"] * 2
+        == ["lines"] * 6
+        + ["margin"] * 6
+        + ["mine"]
+        + ["populate"] * 16
+        + ["search"] * 6
+        + ["train"] * 2
+        + ["unique"] * 2
+        + ["write"] * 3
     )
     assert all(record["seconds"] >= 0 and record["peak_rss_mib"] > 0 for record in stats)
     kept = {path: path.stat().st_mtime_ns for path in (work / "index").iterdir()}
     (work / "knn" / "fwd.0001.npz").unlink()  # what a task killed before its rename leaves: no output
     (work / "mined.npz").unlink()
+    (work / "lines" / "tgt.0002.npy").unlink()
+    next((work / "write").glob("*/0001.json")).unlink()  # its TSV is written again
     capsys.readouterr()
     assert pipeline.main([*args, "--overwrite"]) == 0
     out = capsys.readouterr().out
     assert "stage train: 0 tasks run, 2 done before" in out and "stage populate: 0 tasks run, 16 done before" in out
     assert "stage search: 1 tasks run, 5 done before" in out and "stage mine: 1 tasks run, 0 done before" in out
+    assert "stage lines: 1 tasks run, 5 done before" in out and "stage write: 1 tasks run, 2 done before" in out
+    assert "stage unique: 0 tasks run, 2 done before" in out
     assert {path: path.stat().st_mtime_ns for path in (work / "index").iterdir()} == kept
     assert (tmp_path / "pairs.tsv").read_bytes() == first
 
@@ -125,15 +136,20 @@ def test_stages_run_apart_and_a_stage_before_its_inputs_is_refused(corpus, tmp_p
     assert pipeline.main([*staged(corpus, tmp_path), "--stage", "search", "--output", out]) == 2
     line = capsys.readouterr().err.strip()
     assert line.startswith("hf-tlaser mine-pipeline: error: --stage search: needs ") and "populate" not in line
-    assert "index/src.0000.faiss" in line and "--stage all" in line and not (tmp_path / "work").exists()
+    assert "rows.src.npy" in line and "--stage all" in line and not (tmp_path / "work").exists()
+    assert pipeline.main([*staged(corpus, tmp_path), "--stage", "lines,unique", "--output", out]) == 0
+    assert pipeline.main([*staged(corpus, tmp_path), "--stage", "search", "--output", out]) == 2
+    line = capsys.readouterr().err.strip()
+    assert "--stage search: needs " in line and "index/src.0000.faiss" in line and "populate" not in line
     assert pipeline.main([*staged(corpus, tmp_path), "--stage", "train,populate", "--output", out]) == 0
     assert not (tmp_path / "pairs.tsv").exists() and not (tmp_path / "work" / "knn").exists()
-    assert pipeline.main([*staged(corpus, tmp_path), "--stage", "search,margin,mine,filter", "--output", out]) == 0
+    args = [*staged(corpus, tmp_path), "--stage", "search,margin,mine,filter,dedup,write", "--output", out]
+    assert pipeline.main(args) == 0
     assert (tmp_path / "pairs.tsv").is_file()
 
 
 def test_a_work_folder_of_another_pipeline_is_refused(corpus, tmp_path, capsys):
-    args = [*staged(corpus, tmp_path), "--stage", "train"]
+    args = [*staged(corpus, tmp_path), "--stage", "lines"]
     assert pipeline.main([*args, "--output", str(tmp_path / "a.tsv")]) == 0
     saved = json.loads((tmp_path / "work" / "pipeline.json").read_text())
     other = corpus / "other.npy"
@@ -144,7 +160,7 @@ def test_a_work_folder_of_another_pipeline_is_refused(corpus, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "come from different models or prompts" in err  # the two sides' fingerprints differ
     assert json.loads((tmp_path / "work" / "pipeline.json").read_text()) == saved
-    args = [*staged(corpus, tmp_path), "--stage", "train", "--shards", "2", "--output", str(tmp_path / "a.tsv")]
+    args = [*staged(corpus, tmp_path), "--stage", "lines", "--shards", "2", "--output", str(tmp_path / "a.tsv")]
     assert pipeline.main(args) == 2
     assert "holds the stages of another pipeline (it differs in shards)" in capsys.readouterr().err
 
@@ -153,7 +169,7 @@ def test_a_work_folder_of_another_pipeline_is_refused(corpus, tmp_path, capsys):
     ("extra", "message"),
     [
         (["--launcher", "slurm"], "--launcher slurm: no sbatch on this machine's PATH"),
-        (["--stage", "fetch"], "--stage fetch: expected some of train, populate, search, margin, mine, filter"),
+        (["--stage", "fetch"], "--stage fetch: expected some of lines, unique, train, populate, search, margin, mine"),
         (["--shards", "0"], "--shards 0: must be at least 1"),
         (["--model", "x"], "--model: the pipeline mines hf-tlaser embed outputs"),
     ],
@@ -168,7 +184,7 @@ def test_bad_arguments_are_one_line_before_any_work(corpus, tmp_path, capsys, mo
 
 def test_a_failed_job_names_its_log_and_the_rerun_finishes(corpus, tmp_path, capsys):
     args = [*staged(corpus, tmp_path), "--output", str(tmp_path / "p.tsv")]
-    assert pipeline.main([*args, "--stage", "train,populate"]) == 0
+    assert pipeline.main([*args, "--stage", "lines,unique,train,populate"]) == 0
     shard = tmp_path / "work" / "index" / "tgt.0001.faiss"
     good = shard.read_bytes()
     shard.write_bytes(good[:100])  # a damaged shard: the search tasks that read it (fwd) fail
@@ -209,18 +225,21 @@ def test_other_filters_reuse_the_search_and_judge_in_slices(corpus, tmp_path, ca
     """The ``filter`` stage: slices of the pairs judged apart, its files kept per setting of the filters that judge
     a pair alone; changing them runs only it again (deduplication, in the command, runs none); the pairs and counts
     are those of one-process ``mine``."""
-    for number, options in enumerate([["--max-chars", "9"], ["--max-chars", "8"], ["--max-chars", "9", "--dedup-n"]]):
+    settings = [["--max-chars", "9"], ["--max-chars", "8"], ["--max-chars", "9", "--dedup-n"], ["--dedup-n"]]
+    for number, options in enumerate(settings):
         out = str(tmp_path / f"staged{number}.tsv")
         assert pipeline.main([*staged(corpus, tmp_path, *options), "--output", out]) == 0
         assert mine.main([*inputs(corpus, *options), "--output", str(tmp_path / f"one{number}.tsv")]) == 0
         assert (tmp_path / f"staged{number}.tsv").read_bytes() == (tmp_path / f"one{number}.tsv").read_bytes()
         summaries = [json.loads((tmp_path / f"{name}{number}.summary.json").read_text()) for name in ("one", "staged")]
-        assert summaries[0]["counts"] == summaries[1]["counts"] and summaries[0]["counts"]["removed"]["length"] > 0
+        assert summaries[0]["counts"] == summaries[1]["counts"]
+        assert (summaries[0]["counts"]["removed"]["length"] is None) == ("--max-chars" not in options)
     assert summaries[0]["counts"]["removed"]["dedup"] > 0
     out = capsys.readouterr().out
-    assert out.count("stage search: 0 tasks run, 6 done before") == 2
-    assert out.count("stage filter: 3 tasks run, 0 done before") == 2 and "stage filter: 0 tasks run, 3 done" in out
-    assert len(list((tmp_path / "work" / "filter").iterdir())) == 2
+    assert out.count("stage search: 0 tasks run, 6 done before") == 3
+    assert out.count("stage filter: 3 tasks run, 0 done before") == 3 and "stage filter: 0 tasks run, 3 done" in out
+    assert out.count("stage dedup: 1 tasks run, 0 done before") == 2 and out.count("stage write: 3 tasks run") == 4
+    assert len(list((tmp_path / "work" / "filter").iterdir())) == 3  # the dedup-only setting: no filter of a pair
     assert pipeline.main([*staged(corpus, tmp_path), "--output", str(tmp_path / "none.tsv")]) == 0
     assert "stage filter: 0 tasks run, 0 done before" in capsys.readouterr().out  # no filter on: no task
 
@@ -234,3 +253,41 @@ def test_a_filter_slice_reads_its_lines_in_one_pass_and_refuses_a_changed_file(t
     path.write_text("first\nchanged\n", encoding="utf-8")
     with pytest.raises(ValueError, match="changed since it was read"):
         lines_at(path, [0], texts.sha256)
+
+
+def test_text_problems_found_by_the_stages_are_one_line(corpus, tmp_path, capsys):
+    """The command reads no line of the texts (their digests only): a file of blank lines is refused after the
+    ``unique`` stage, before any index (exit 2); a line that is not UTF-8 fails its ``lines`` task, named (exit 1)."""
+    lines = (corpus / "src.txt").read_text().splitlines()
+    blank = tmp_path / "blank.txt"
+    blank.write_text(" \n" * len(lines))
+    args = [*staged(corpus, tmp_path), "--output", str(tmp_path / "p.tsv")]
+    args[args.index("--src") + 1] = str(blank)
+    assert pipeline.main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"--src {blank}: every line is blank" in err[0]
+    assert not (tmp_path / "work" / "index").exists() and (tmp_path / "work" / "rows.src.npy").is_file()
+    broken = tmp_path / "broken.txt"
+    broken.write_bytes("\n".join(lines[:150]).encode() + b"\n\xff\n" + "\n".join(lines[151:]).encode() + b"\n")
+    args = [*staged(corpus, tmp_path / "b"), "--output", str(tmp_path / "p.tsv")]
+    args[args.index("--src") + 1] = str(broken)
+    (tmp_path / "b").mkdir()
+    assert pipeline.main(args) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("hf-tlaser mine-pipeline: error: stage lines: ") and "1 of 6 lines tasks failed" in err
+    assert f"{broken}:151: not valid UTF-8" in err and not (tmp_path / "p.tsv").exists()
+
+
+def test_a_vector_that_is_not_finite_fails_its_populate_task_named(corpus, tmp_path, capsys):
+    """The command does not scan the vectors (a side can be billions of rows); each ``populate`` task checks the rows
+    it adds, and the failure names the line."""
+    vectors = np.load(corpus / "tgt.npy").astype(np.float32)
+    vectors[57, 3] = np.nan
+    write_embeddings(tmp_path / "nan.npy", vectors)
+    args = [*staged(corpus, tmp_path), "--output", str(tmp_path / "p.tsv")]
+    args[args.index("--tgt-embeddings") + 1] = str(tmp_path / "nan.npy")
+    assert pipeline.main(args) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("hf-tlaser mine-pipeline: error: stage populate: ") and "1 of 16 populate tasks" in err
+    assert f"--tgt-embeddings: the vector of line 58 of {corpus / 'tgt.txt'} is not finite" in err
+    assert not (tmp_path / "p.tsv").exists()

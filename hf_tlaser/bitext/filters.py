@@ -35,7 +35,8 @@ from hf_tlaser.data.corpora import flores_file
 from hf_tlaser.data.languages import ISO639_1, ISO639_3, normalize_language, parse_pairs
 from hf_tlaser.errors import UsageError
 
-from .select import DEFAULT_THRESHOLDS
+from .select import DEFAULT_THRESHOLDS, greedy_one_to_one
+from .texts import text_keys
 
 logger = logging.getLogger(__name__)
 
@@ -120,20 +121,37 @@ def lid_mask(
     )
 
 
+def normalised_keys(src_texts: Sequence[str], tgt_texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """The keys (:func:`~hf_tlaser.bitext.texts.text_keys`) of the normalised texts (:func:`normalise`) of both
+    sides: what :func:`dedup_mask` compares, and what a staged pipeline's filter slices keep for its dedup stage."""
+    return text_keys(map(normalise, src_texts)), text_keys(map(normalise, tgt_texts))
+
+
+def dedup_keys_mask(
+    scores: np.ndarray, src_keys: np.ndarray, tgt_keys: np.ndarray, per_side: bool = True
+) -> np.ndarray:
+    """:func:`dedup_mask` of the pairs' normalised keys (:func:`normalised_keys`), by decreasing score (ties: the
+    first): with ``per_side``, a pair is kept when neither its source key nor its target key belongs to a pair kept
+    before (each sentence used once, :func:`~hf_tlaser.bitext.select.greedy_one_to_one`, over the keys' ranks;
+    which implies one pair per (source, target) key); without, the first pair of each (source, target) key."""
+    order = np.argsort(-np.asarray(scores), kind="stable")
+    src = np.unique(src_keys[order], return_inverse=True)[1].astype(np.int64)
+    tgt = np.unique(tgt_keys[order], return_inverse=True)[1].astype(np.int64)
+    if per_side:
+        taken = greedy_one_to_one(src, tgt)
+    else:
+        taken = np.unique(src * (int(tgt.max(initial=0)) + 1) + tgt, return_index=True)[1]
+    keep = np.zeros(len(order), dtype=bool)
+    keep[order[taken]] = True
+    return keep
+
+
 def dedup_mask(
     scores: np.ndarray, src_texts: Sequence[str], tgt_texts: Sequence[str], per_side: bool = True
 ) -> np.ndarray:
     """The best-scored pair of each normalised (source, target) pair (:func:`normalise`), and with ``per_side`` of
     each normalised source text and each normalised target text (which implies the former); ties: the first."""
-    keep = np.zeros(len(scores), dtype=bool)
-    seen: set[tuple[str, ...]] = set()
-    for position in np.argsort(-np.asarray(scores), kind="stable").tolist():
-        src, tgt = normalise(src_texts[position]), normalise(tgt_texts[position])
-        keys = [("pair", src, tgt)] + ([("src", src), ("tgt", tgt)] if per_side else [])
-        if not seen.intersection(keys):
-            keep[position] = True
-            seen.update(keys)
-    return keep
+    return dedup_keys_mask(scores, *normalised_keys(src_texts, tgt_texts), per_side=per_side)
 
 
 def load_identifier() -> tuple[Callable[[str], str], list[str]]:
@@ -323,13 +341,12 @@ def apply_filters(
     src_texts: Sequence[str],
     tgt_texts: Sequence[str],
     names: Sequence[str] = FILTERS,
-    keep: np.ndarray | None = None,
 ) -> tuple[np.ndarray, dict[str, int | None]]:
     """The pairs every filter turned on keeps (a mask), and how many each removed of those the filters before it
     kept (:data:`FILTERS` order; ``None``: off), each count logged. ``names``: only these filters (e.g.
-    :data:`PER_PAIR` on a shard of the pairs), on the pairs ``keep`` marks (default: all)."""
+    :data:`PER_PAIR` on a slice of the pairs)."""
     scores = np.asarray(scores)
-    keep = np.ones(len(scores), dtype=bool) if keep is None else keep.copy()
+    keep = np.ones(len(scores), dtype=bool)
     removed: dict[str, int | None] = {}
     for name, mask in filters.masks().items():
         if name not in names:

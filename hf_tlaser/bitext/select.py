@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import heapq
+import shutil
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import TypeVar
 
 import numpy as np
 
 from .margin import Candidates
+from .texts import KEY_DTYPE
 
 RETRIEVALS = ("fwd", "bwd", "max", "intersect")
 T = TypeVar("T")
@@ -129,3 +132,55 @@ def unique_rows(texts: list[str]) -> np.ndarray:
         if text.strip():
             first.setdefault(text, row)
     return np.fromiter(first.values(), dtype=np.int64, count=len(first))
+
+
+BUCKET_ROWS = 1 << 24
+"""Keys :func:`first_rows` holds at a time (24 bytes each: 400 MB)."""
+_RECORD = np.dtype([("key", KEY_DTYPE), ("row", "<i8")])
+
+
+def first_rows(parts: Sequence[np.ndarray], path: Path, bucket_rows: int = BUCKET_ROWS, block: int = 1 << 20) -> int:
+    """Write (``.npy``) what :func:`unique_rows` gives for a file's lines, from their keys (``parts``: the
+    :data:`~hf_tlaser.bitext.texts.KEY_DTYPE` keys of its lines, part after part in file order, zero for a blank
+    line), in bounded memory: the (key, line) records are dealt into buckets of about ``bucket_rows`` by key (files
+    beside ``path``), each bucket's first occurrences found apart, and the buckets' sorted line numbers merged by
+    ranges of ``block`` lines into a memory map. Returns how many lines were written."""
+    total = sum(len(part) for part in parts)
+    buckets = max(1, -(-total // bucket_rows))
+    folder = path.with_name(path.name + ".buckets")
+    shutil.rmtree(folder, ignore_errors=True)  # a killed task's
+    folder.mkdir(parents=True)
+    try:
+        handles = [(folder / f"{bucket}.bin").open("wb") for bucket in range(buckets)]
+        offset = 0
+        for part in parts:
+            for start in range(0, len(part), block):
+                records = np.empty(min(block, len(part) - start), dtype=_RECORD)
+                records["key"], records["row"] = part[start : start + len(records)], offset + start
+                records["row"] += np.arange(len(records))
+                records = records[(records["key"]["hi"] | records["key"]["lo"]) != 0]  # blank lines are not mined
+                which = records["key"]["lo"] % buckets
+                for bucket in np.unique(which).tolist():
+                    records[which == bucket].tofile(handles[bucket])
+            offset += len(part)
+        for handle in handles:
+            handle.close()
+        firsts = []
+        for bucket in range(buckets):
+            records = np.fromfile(folder / f"{bucket}.bin", dtype=_RECORD)
+            _, first = np.unique(records["key"], return_index=True)  # the first of equal keys: the earliest line
+            np.save(folder / f"{bucket}.npy", np.sort(records["row"][first]))
+            firsts.append(np.load(folder / f"{bucket}.npy", mmap_mode="r"))
+        count = sum(len(first) for first in firsts)
+        out = np.lib.format.open_memmap(path, mode="w+", dtype=np.int64, shape=(count,))
+        written = 0
+        for low in range(0, total, block):
+            ranges = [(first, np.searchsorted(first, [low, low + block])) for first in firsts]
+            merged = np.sort(np.concatenate([first[a:b] for first, (a, b) in ranges]))
+            out[written : written + len(merged)] = merged
+            written += len(merged)
+        out.flush()
+        del out, firsts
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return count

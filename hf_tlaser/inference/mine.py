@@ -41,8 +41,6 @@ from pathlib import Path
 import numpy as np
 
 from hf_tlaser.bitext.filters import (
-    FILTERS,
-    PER_PAIR,
     Filters,
     apply_filters,
     build_filters,
@@ -54,7 +52,7 @@ from hf_tlaser.bitext.index import EXACT_MAX_ROWS, Rows, SearchPlan, check_index
 from hf_tlaser.bitext.margin import MARGINS
 from hf_tlaser.bitext.mining import Mined, mine_vectors
 from hf_tlaser.bitext.select import RETRIEVALS, unique_rows
-from hf_tlaser.bitext.texts import Texts, read_texts, write_lines, write_tsv
+from hf_tlaser.bitext.texts import TextDigest, Texts, read_texts, write_lines, write_tsv
 from hf_tlaser.commands import run_command
 from hf_tlaser.data.paths import get_data_dir
 from hf_tlaser.encoders import vector_width
@@ -64,7 +62,7 @@ from hf_tlaser.guards import OutputLock, check_space, check_writable, write_fail
 from hf_tlaser.hardware import PRECISIONS
 from hf_tlaser.inference import embed
 from hf_tlaser.inference.histogram import plot_histogram
-from hf_tlaser.inference.store import check_compatible, first_non_finite, read_embeddings
+from hf_tlaser.inference.store import check_compatible, first_non_finite, not_finite, read_embeddings
 
 logger = logging.getLogger(__name__)
 
@@ -77,22 +75,6 @@ def kept_pairs(
     above = slice(mined.kept)
     pairs = mined.scores[above], src.rows[mined.src[above]], tgt.rows[mined.tgt[above]]
     return pairs if keep is None else (pairs[0][keep], pairs[1][keep], pairs[2][keep])
-
-
-def write_pairs(
-    mined: Mined,
-    path: Path,
-    src_texts: list[str],
-    tgt_texts: list[str],
-    src: Rows,
-    tgt: Rows,
-    keep: np.ndarray | None = None,
-) -> int:
-    """The TSV of the pairs above the threshold (those ``keep`` marks), best first
-    (:func:`~hf_tlaser.bitext.texts.write_tsv`: atomic, tabs and line breaks as spaces); the number of texts whose tabs
-    or line breaks were so written."""
-    rows = zip(*kept_pairs(mined, src, tgt, keep))
-    return write_tsv(((score, src_texts[i], tgt_texts[j]) for score, i, j in rows), path)
 
 
 def side_outputs(output: Path) -> tuple[Path, Path]:
@@ -117,7 +99,7 @@ def check_outputs(output: Path, histogram: Path, overwrite: bool, others: tuple[
         check_writable(path, argument)
 
 
-def check_input(texts_path: Path, texts: Texts, meta: dict, side: str) -> None:
+def check_input(texts_path: Path, texts: TextDigest, meta: dict, side: str) -> None:
     """``UsageError`` when the embeddings' sidecar records an input whose SHA-256 (``input_sha256``) is not that of
     ``texts``: the vectors of another text (an older sidecar without it: the line counts alone)."""
     recorded = meta.get("input_sha256")
@@ -129,21 +111,21 @@ def check_input(texts_path: Path, texts: Texts, meta: dict, side: str) -> None:
         )
 
 
-def load_side(texts_path: Path, texts: Texts, embeddings: list[str], side: str) -> tuple[np.ndarray, dict]:
-    """Vectors and sidecar of one side, checked against its texts; ``UsageError`` when their line counts differ."""
+def load_side(
+    texts_path: Path, texts: TextDigest, embeddings: list[str], side: str, check_finite: bool = True
+) -> tuple[np.ndarray, dict]:
+    """Vectors and sidecar of one side, checked against its texts; ``UsageError`` when their line counts differ, or
+    (``check_finite``; a staged pipeline's ``populate`` tasks check their rows instead) a vector is not finite."""
     array, meta = read_embeddings(embeddings, f"--{side}-embeddings")
-    if len(texts.lines) != len(array):
+    if texts.lines != len(array):
         raise UsageError(
-            f"--{side} {texts_path} has {len(texts.lines)} lines but --{side}-embeddings has {len(array)} rows; give "
+            f"--{side} {texts_path} has {texts.lines} lines but --{side}-embeddings has {len(array)} rows; give "
             f"the embeddings of this file (hf-tlaser embed --input {texts_path})"
         )
     check_input(texts_path, texts, meta, side)
-    bad = first_non_finite(array)
+    bad = first_non_finite(array) if check_finite else None
     if bad is not None:
-        raise UsageError(
-            f"--{side}-embeddings: the vector of line {bad + 1} of {texts_path} is not finite (NaN or Inf); embed "
-            "the file again with a sound model"
-        )
+        raise UsageError(not_finite(side, bad, texts_path))
     return array, meta
 
 
@@ -304,17 +286,18 @@ def check_indexes(plan: SearchPlan, rows: tuple[int, int], dim: int) -> None:
 
 def run_summary(
     args: argparse.Namespace,
-    texts: tuple[Texts, Texts],
-    rows: tuple[np.ndarray, np.ndarray],
+    texts: tuple[TextDigest, TextDigest],
+    unique: tuple[int, int],
     mined: Mined,
     removed: dict[str, int | None],
     threshold: tuple[float, str],
 ) -> dict:
-    """``OUTPUT.summary.json`` of a run but the texts written with spaces: the counts of every step (``removed``:
-    by each filter, ``None`` where off), the threshold, the inputs' SHA-256, the arguments."""
+    """``OUTPUT.summary.json`` of a run but the texts written with spaces: the counts of every step (``unique``:
+    the unique lines of each side; ``removed``: by each filter, ``None`` where off), the threshold, the inputs'
+    SHA-256, the arguments."""
     counts, inputs = {}, {}
-    for side, text, unique in zip(("src", "tgt"), texts, rows):
-        counts.update({f"{side}_lines": len(text.lines), f"{side}_unique_lines": len(unique)})
+    for side, text, count in zip(("src", "tgt"), texts, unique):
+        counts.update({f"{side}_lines": text.lines, f"{side}_unique_lines": count})
         inputs[side] = {"path": str(getattr(args, side)), "sha256": text.sha256}
     written = mined.kept - sum(count or 0 for count in removed.values())
     counts.update(pairs_scored=len(mined.scores), above_threshold=mined.kept, removed=removed, written=written)
@@ -338,8 +321,8 @@ def run(
 ) -> dict:
     """Mine the texts of both sides (``rows``: the lines mined, ``unique_rows``) with their embeddings files, filter
     the pairs above the threshold (``filters``: :func:`filters_from_args`) and write the outputs; the summary."""
-    src_array, src_meta = load_side(args.src, texts[0], embeddings[0], "src")
-    tgt_array, tgt_meta = load_side(args.tgt, texts[1], embeddings[1], "tgt")
+    src_array, src_meta = load_side(args.src, texts[0].digest, embeddings[0], "src")
+    tgt_array, tgt_meta = load_side(args.tgt, texts[1].digest, embeddings[1], "tgt")
     check_compatible(src_meta, tgt_meta, "--src-embeddings/--tgt-embeddings")
     src_texts, tgt_texts = texts[0].lines, texts[1].lines
     src, tgt = Rows(src_array, rows[0]), Rows(tgt_array, rows[1])
@@ -363,23 +346,20 @@ def write_outputs(
     sides: tuple[Rows, Rows],
     mined: Mined,
     filters: tuple[Filters, tuple[float, str]],
-    judged: tuple[np.ndarray, dict[str, int | None]] | None = None,
 ) -> dict:
-    """Filter the pairs above the threshold and write the TSV, the lines file, the histogram and the summary (what
-    ``hf-tlaser mine`` and the pipeline's last step both write); the summary. ``judged``: the filters that judge
-    each pair alone, already run (a staged pipeline's ``filter`` stage: the pairs they keep, and their counts)."""
+    """Filter the pairs above the threshold and write the TSV, the lines file, the histogram and the summary; the
+    summary."""
     (src_texts, tgt_texts), (src, tgt) = (texts[0].lines, texts[1].lines), sides
     _, src_lines, tgt_lines = kept_pairs(mined, src, tgt)
     pairs = mined.scores[: mined.kept], [src_texts[i] for i in src_lines], [tgt_texts[j] for j in tgt_lines]
-    if judged is None:
-        keep, removed = apply_filters(filters[0], *pairs)
-    else:
-        keep, rest = apply_filters(filters[0], *pairs, names=[n for n in FILTERS if n not in PER_PAIR], keep=judged[0])
-        removed = {**judged[1], **rest}
-    summary = run_summary(args, texts, (src.rows, tgt.rows), mined, removed, filters[1])
+    keep, removed = apply_filters(filters[0], *pairs)
+    digests = texts[0].digest, texts[1].digest
+    summary = run_summary(args, digests, (len(src.rows), len(tgt.rows)), mined, removed, filters[1])
     try:
-        changed = write_pairs(mined, args.output, src_texts, tgt_texts, src, tgt, keep)
-        write_lines(*kept_pairs(mined, src, tgt, keep), side_outputs(args.output)[0])
+        scores, src_lines, tgt_lines = kept_pairs(mined, src, tgt, keep)
+        texts_rows = ((score, src_texts[i], tgt_texts[j]) for score, i, j in zip(scores, src_lines, tgt_lines))
+        changed = write_tsv(texts_rows, args.output)  # atomic, tabs and line breaks as spaces
+        write_lines(scores, src_lines, tgt_lines, side_outputs(args.output)[0])
         plot_histogram(mined, args.histogram, args.margin, args.neighbours, filters[1][0])
         summary["texts_written_with_spaces"] = changed
         save_json(side_outputs(args.output)[1], summary)

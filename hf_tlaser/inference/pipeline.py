@@ -1,5 +1,6 @@
-"""``hf-tlaser mine-pipeline``: ``hf-tlaser mine`` as stages on disk (:mod:`hf_tlaser.inference.stages`: train the
-indexes, populate their shards, search each query shard, score its margins, merge and mine), each stage's tasks run
+"""``hf-tlaser mine-pipeline``: ``hf-tlaser mine`` as stages on disk (:mod:`hf_tlaser.inference.stages`: key the
+lines and find the unique ones, train the indexes, populate their shards, search each query shard, score its margins,
+merge and mine, filter, remove near-duplicates and write slices of the output), each stage's tasks run
 as jobs by submitit: local processes (``--launcher local``, at most ``--workers`` at a time) or a Slurm job array
 (``--launcher slurm``, at most ``--workers`` array tasks at a time); ``--launcher inline`` runs them in this process.
 The pairs, scores and outputs are those of ``hf-tlaser mine`` with the same arguments: the same search, margin,
@@ -11,9 +12,12 @@ files). The work folder (``--work``) keeps every stage's files: a stage whose fi
 runs again only its unfinished tasks, and ``--stage`` runs some stages only (e.g. ``train,populate`` on one
 allocation, ``search,margin,mine`` on another). A work folder holds one pipeline: other inputs or settings are refused.
 
-Before any job: the arguments and outputs are checked as ``hf-tlaser mine`` checks them, the texts are read once
-(their unique lines are saved in the work folder), the embeddings are checked against them, the index string is
-tried, and a stage given without the earlier stages' files is refused, naming the first missing file.
+Before any job: the arguments and outputs are checked as ``hf-tlaser mine`` checks them, the texts' line counts and
+SHA-256 are read in chunks (the command holds no text: the ``lines`` and ``unique`` stages find the unique lines, the
+``write`` stage's slices the texts of the pairs), the embeddings are checked against them, the index string is tried
+(again on the unique lines' count before ``train``), and a stage given without the earlier stages' files is refused,
+naming the first missing file. The command joins the ``write`` stage's slices into ``--output`` and its lines file,
+and writes the histogram and the summary, as ``hf-tlaser mine`` does.
 """
 
 from __future__ import annotations
@@ -24,22 +28,19 @@ import logging
 import re
 import shutil
 import sys
-from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
-
-from hf_tlaser.bitext.filters import PER_PAIR
-from hf_tlaser.bitext.index import make_index, shard_rows
-from hf_tlaser.bitext.select import unique_rows
-from hf_tlaser.bitext.texts import read_texts
+from hf_tlaser.bitext.texts import TextDigest, digest_texts
 from hf_tlaser.commands import run_command
+from hf_tlaser.encoders.vectors import save_json
 from hf_tlaser.errors import UsageError
-from hf_tlaser.guards import OutputLock, check_writable, lock_path
+from hf_tlaser.guards import OutputLock, check_writable, lock_path, write_failed
 from hf_tlaser.hardware import available_cpus
 from hf_tlaser.inference import mine
-from hf_tlaser.inference.stages import CONFIG, FORMAT, SIDES, STAGES, Work, read_mined, run_tasks
+from hf_tlaser.inference.histogram import plot_histogram
+from hf_tlaser.inference.stages import run_tasks
 from hf_tlaser.inference.store import check_compatible
+from hf_tlaser.inference.work import CONFIG, FORMAT, SIDES, STAGES, Work, read_mined
 
 logger = logging.getLogger(__name__)
 
@@ -116,22 +117,19 @@ def check_args(args: argparse.Namespace) -> list[str]:
     return stages_of(args.stage)
 
 
-def pipeline_config(args: argparse.Namespace, texts: tuple, rows: tuple, threshold: float) -> dict:
+def pipeline_config(args: argparse.Namespace, texts: tuple[TextDigest, TextDigest], threshold: float) -> dict:
     """``pipeline.json``: the inputs (texts' digests, embeddings files and fingerprint) and the settings."""
     meta = {}
-    for side, text, unique, paths in zip(SIDES, texts, rows, (args.src_embeddings, args.tgt_embeddings)):
-        array, meta[side] = mine.load_side(getattr(args, side), text, paths, side)
+    for side, text, paths in zip(SIDES, texts, (args.src_embeddings, args.tgt_embeddings)):
+        array, meta[side] = mine.load_side(getattr(args, side), text, paths, side, check_finite=False)
         meta[side] = {
             "texts": str(Path(getattr(args, side)).resolve()),
             "sha256": text.sha256,
-            "lines": len(text.lines),
-            "unique": len(unique),
+            "lines": text.lines,
             "embeddings": [str(Path(path).resolve()) for path in paths],
             "fingerprint": meta[side].get("fingerprint"),
             "dim": int(array.shape[1]),
         }
-        spec = mine.search_plan(args).spec(len(unique), int(array.shape[1]))
-        meta[side]["rows_per_shard"] = shard_rows(make_index(spec, int(array.shape[1])), args.index_memory * 1e9)
     check_compatible(meta["src"], meta["tgt"], "--src-embeddings/--tgt-embeddings")
     search = vars(mine.search_plan(args))
     scoring = dict(k=args.neighbours, margin=args.margin, retrieval=args.retrieval, threshold=threshold)
@@ -139,24 +137,22 @@ def pipeline_config(args: argparse.Namespace, texts: tuple, rows: tuple, thresho
     return {"format": FORMAT, **meta, **settings}
 
 
-def prepare(args: argparse.Namespace, config: dict, rows: tuple) -> Work:
-    """The work folder: its ``pipeline.json`` (``config``) and unique rows written, or, when it holds them, checked
-    to be this pipeline's (``UsageError`` naming what differs)."""
-    folder, path = args.work, args.work / CONFIG
+def prepare(work: Work) -> Work:
+    """The work folder with its ``pipeline.json`` written, or, when it holds one, checked to be this pipeline's
+    (``UsageError`` naming what differs)."""
+    path = work.folder / CONFIG
     if path.is_file():
         saved = json.loads(path.read_text(encoding="utf-8"))
-        differ = sorted(key for key in set(saved) | set(config) if saved.get(key) != config.get(key))
+        differ = sorted(key for key in set(saved) | set(work.config) if saved.get(key) != work.config.get(key))
         if differ:
             raise UsageError(
-                f"--work {folder}: holds the stages of another pipeline (it differs in {', '.join(differ)}); give "
-                "another --work, or remove it to start again"
+                f"--work {work.folder}: holds the stages of another pipeline (it differs in {', '.join(differ)}); "
+                "give another --work, or remove it to start again"
             )
-        return Work(folder, config)
-    folder.mkdir(parents=True, exist_ok=True)
-    for side, unique in zip(SIDES, rows):
-        np.save(folder / f"rows.{side}.npy", unique)
-    path.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-    return Work(folder, config)
+        return work
+    work.folder.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(work.config, indent=2) + "\n", encoding="utf-8")
+    return work
 
 
 def job_threads(args: argparse.Namespace) -> int:
@@ -230,11 +226,46 @@ def run_stage(args: argparse.Namespace, work: Work, stage: str) -> int:
     return len(pending)
 
 
-def write_outputs(args: argparse.Namespace, work: Work, texts: tuple, filters: tuple) -> dict:
-    """The ``mine`` stage's pairs, with the ``filter`` stage's judgement, deduplicated and written as ``hf-tlaser
-    mine`` writes them (its ``write_outputs``); the summary."""
-    sides = work.rows("src"), work.rows("tgt")
-    return mine.write_outputs(args, texts, sides, read_mined(work), filters, judged=work.judged())
+def check_unique(args: argparse.Namespace, work: Work) -> None:
+    """After the ``unique`` stage: ``UsageError`` when a side has no line to mine, or when the index string does not
+    fit the unique lines' count (before any index is trained)."""
+    for side in SIDES:
+        if work.unique(side) == 0:
+            raise UsageError(
+                f"--{side} {getattr(args, side)}: every line is blank; give a text file with one sentence per line"
+            )
+    mine.check_indexes(work.plan, (work.unique("src"), work.unique("tgt")), work.config["dim"])
+
+
+def join(parts: list[Path], path: Path) -> None:
+    """The files ``parts`` one after the other into ``path``, atomically (a chunk at a time)."""
+    temporary = path.with_name(path.name + ".tmp")
+    try:
+        with temporary.open("wb") as out:
+            for part in parts:
+                with part.open("rb") as handle:
+                    shutil.copyfileobj(handle, out)
+        temporary.replace(path)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def write_outputs(args: argparse.Namespace, work: Work, texts: tuple[TextDigest, TextDigest], filters: tuple) -> dict:
+    """``--output`` and its lines file joined from the ``write`` stage's slices, the histogram and the summary, as
+    ``hf-tlaser mine`` writes them; the summary."""
+    mined, tasks = read_mined(work), work.tasks("write")
+    counts = [json.loads(work.output("write", task).read_text(encoding="utf-8")) for task in tasks]
+    unique = work.unique("src"), work.unique("tgt")
+    summary = mine.run_summary(args, texts, unique, mined, work.removed(), filters[1])
+    try:
+        join([work.write_path(*task) for task in tasks], args.output)
+        join([work.write_path(*task, ".lines.tsv") for task in tasks], mine.side_outputs(args.output)[0])
+        plot_histogram(mined, args.histogram, args.margin, args.neighbours, filters[1][0])
+        summary["texts_written_with_spaces"] = sum(count["texts_written_with_spaces"] for count in counts)
+        save_json(mine.side_outputs(args.output)[1], summary)
+    except OSError as err:
+        raise write_failed(err, args.output, "--output") from None
+    return summary
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -245,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def work() -> int:
         stages = check_args(args)
-        if "filter" in stages:
+        if "write" in stages:
             others = tuple(zip(("--output (lines)", "--output (summary)"), mine.side_outputs(args.output)))
             mine.check_outputs(args.output, args.histogram, args.overwrite, others)
         filters = mine.filters_from_args(args)
@@ -254,24 +285,26 @@ def main(argv: list[str] | None = None) -> int:
         check_writable(lock_path(args.work), "--work")
         mine.require_faiss()
         with OutputLock(args.work, "--work"):
-            texts = read_texts(args.src, "--src"), read_texts(args.tgt, "--tgt")
-            rows = unique_rows(texts[0].lines), unique_rows(texts[1].lines)
-            config = pipeline_config(args, texts, rows, filters[1][0])
-            mine.check_indexes(mine.search_plan(args), (len(rows[0]), len(rows[1])), config["dim"])
-            check_inputs(Work(args.work, config), stages[0])  # the later stages' come from the earlier ones
-            folder = prepare(args, config, rows)
-            if filters[0].active(PER_PAIR):
-                folder = replace(folder, filters=replace(filters[0], dedup=False).settings())
-                folder.write_filters()
+            texts = digest_texts(args.src, "--src"), digest_texts(args.tgt, "--tgt")
+            config = pipeline_config(args, texts, filters[1][0])
+            mine.check_indexes(mine.search_plan(args), (texts[0].lines, texts[1].lines), config["dim"])
+            settings = filters[0].settings() if filters[0].active() else None
+            folder = Work(args.work, config, filters=settings)
+            check_inputs(folder, stages[0])  # the later stages' come from the earlier ones
+            prepare(folder).write_filters()
             try:
+                checked = False
                 for stage in stages:
+                    if not checked and STAGES.index(stage) > STAGES.index("unique"):
+                        check_unique(args, folder)  # once, before the first stage that reads the unique lines
+                        checked = True
                     ran = run_stage(args, folder, stage)
                     before = len(folder.tasks(stage)) - ran
                     print(f"hf-tlaser mine-pipeline: stage {stage}: {ran} tasks run, {before} done before")
             except JobFailed as err:
                 print(f"hf-tlaser mine-pipeline: error: {err}", file=sys.stderr)
                 return 1
-            if "filter" not in stages:
+            if "write" not in stages:
                 return 0
             summary = write_outputs(args, folder, texts, filters)
         mine.report(args.command, args, summary)

@@ -3,8 +3,13 @@ files, so that a scheduler can run any of them as many jobs (``hf_tlaser.inferen
 whose output exists does nothing; every output is written to a temporary name and renamed, so a killed task leaves
 none, and running the stage again runs only its unfinished tasks.
 
-The stages, over the unique lines of both sides (identical lines mined once, as ``hf-tlaser mine``):
+The stages, over the unique lines of both sides (identical lines mined once, as ``hf-tlaser mine``); no stage holds a
+whole text file:
 
+* ``lines``: for each of ``--shards`` slices of each text file, its lines' 128-bit keys (identical lines share one;
+  :func:`hf_tlaser.bitext.texts.line_keys`);
+* ``unique``: for each side, the line numbers of the first occurrence of every distinct non-blank line (what
+  ``hf-tlaser mine`` mines), from the keys in buckets of bounded size (:func:`hf_tlaser.bitext.select.first_rows`);
 * ``train``: for each side, the empty index of its database (``--index``; ``Flat`` up to 50,000 rows) trained on a
   random sample of its vectors;
 * ``populate``: for each shard of each side, the trained index with the shard's vectors added;
@@ -17,15 +22,19 @@ The stages, over the unique lines of both sides (identical lines mined once, as 
   (:func:`hf_tlaser.bitext.select.merged_one_to_one`: what ``select_pairs`` does in the one-process ``hf-tlaser mine``,
   on the runs as memory maps, holding a byte per sentence and the pairs it keeps instead of every list);
 * ``filter``: for each of ``--shards`` slices of the pairs above the threshold, the filters that judge a pair alone
-  (:data:`hf_tlaser.bitext.filters.PER_PAIR`: score cap, lengths, language identification), each slice's texts read
-  in one pass. Its files are kept per filter setting (``filter/{key}``), so that other filters reuse the search; the
-  command then removes near-duplicates (which compares all pairs) and writes the outputs. No tasks when none of
-  those filters is on.
+  (:data:`hf_tlaser.bitext.filters.PER_PAIR`: score cap, lengths, language identification) and the keys of the
+  pairs' normalised texts, each slice's texts read in one pass. Its files are kept per setting of those filters
+  (``filter/{key}``), so that other filters reuse the search. No tasks when no filter is on;
+* ``dedup`` (with ``--dedup-normalised``): one task removes near-duplicates from the slices' keys (which compares all
+  pairs: a byte per distinct key and the keys of the pairs);
+* ``write``: for each slice, the TSV and lines file of its pairs that the filters keep, its texts read in one pass;
+  the command joins the slices into ``--output`` and writes the histogram and the summary.
 
 The work folder::
 
     pipeline.json                    what is mined: the inputs (texts' SHA-256, embeddings files and fingerprint),
                                      the search and scoring settings, the shards
+    lines/{side}.{slice}.npy         the keys of one slice of a text's lines
     rows.{side}.npy                  the unique lines mined (positions in the text's lines)
     index/{side}.trained.faiss       the trained empty index of a side's database
     index/{side}.{shard}.faiss       its rows of one shard added
@@ -34,31 +43,30 @@ The work folder::
     margin/{direction}.{shard}.npy   its queries' best candidates as pairs (score, src, tgt), best first
     mined.npz                        the pairs, best first (``scores``, ``src``, ``tgt``, ``kept``)
     filter/{key}/settings.json       the filters of one setting (``key``: a digest of it)
-    filter/{key}/{slice}.npz         which pairs of one slice they keep, and how many each removed
+    filter/{key}/{slice}.npz         which pairs of one slice they keep, how many each removed, the normalised keys
+    filter/{key}/dedup.npz           which pairs are kept after near-duplicate removal, and how many it removed
+    write/{key}/settings.json        every filter of one setting, ``null`` for none
+    write/{key}/{slice}.tsv          the TSV of one slice's pairs (and ``.lines.tsv``, and ``.json``: its counts)
     stats/{stage}.{task}.json        each finished task's seconds, peak RSS and host
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import os
 import resource
 import socket
+import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from hf_tlaser.bitext.filters import PER_PAIR, Filters, apply_filters
+from hf_tlaser.bitext.filters import PER_PAIR, Filters, apply_filters, dedup_keys_mask, normalised_keys
 from hf_tlaser.bitext.index import (
     Rows,
-    SearchPlan,
     candidates,
-    database_shards,
     require_faiss,
     rescore,
     search_shards,
@@ -67,155 +75,41 @@ from hf_tlaser.bitext.index import (
 )
 from hf_tlaser.bitext.margin import neighbour_means, scored_candidates
 from hf_tlaser.bitext.mining import Mined
-from hf_tlaser.bitext.select import PAIR_DTYPE, RUNS, best_first, direction_pairs, merged_one_to_one, mutual
-from hf_tlaser.bitext.texts import lines_at
-from hf_tlaser.inference.store import read_embeddings
+from hf_tlaser.bitext.select import (
+    PAIR_DTYPE,
+    RUNS,
+    best_first,
+    direction_pairs,
+    first_rows,
+    merged_one_to_one,
+    mutual,
+)
+from hf_tlaser.bitext.texts import line_keys, lines_at, write_lines, write_tsv
+from hf_tlaser.inference.store import first_non_finite, not_finite
+from hf_tlaser.inference.work import (
+    DIRECTIONS,
+    Work,
+    per_pair,
+    read_mined,
+    settings_key,
+    slice_bounds,
+    write_atomic,
+)
 
 logger = logging.getLogger(__name__)
 
-SIDES = ("src", "tgt")
-DIRECTIONS = {"fwd": ("src", "tgt"), "bwd": ("tgt", "src")}
-"""Direction -> (the side whose lines are the queries, the side searched)."""
-STAGES = ("train", "populate", "search", "margin", "mine", "filter")
-CONFIG = "pipeline.json"
-FORMAT = 2
-"""``pipeline.json``'s ``format``: 2 since the ``margin`` stage (a work folder of format 1 is refused as another
-pipeline's)."""
+
+def keys(work: Work, side: str, part: int) -> None:
+    """``lines``: the keys of one slice of ``side``'s lines."""
+    start, stop = work.line_bounds(side)[part]
+    found = line_keys(Path(work.config[side]["texts"]), start, stop)
+    write_atomic(work.keys_path(side, part), lambda path: np.save(path, found))
 
 
-def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
-    """``write(temporary path)``, then the temporary file renamed to ``path`` (a killed task leaves no ``path``)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f"{path.name}.tmp{path.suffix}")
-    write(temporary)
-    os.replace(temporary, path)
-
-
-def shard_bounds(rows: int, shards: int, block: int = 1) -> list[tuple[int, int]]:
-    """``[start, stop)`` of at most ``shards`` consecutive shards of ``rows`` rows that start at multiples of
-    ``block``, their numbers of blocks differing by at most one (empty shards left out)."""
-    blocks = -(-rows // block)
-    edges = np.linspace(0, blocks, min(shards, blocks) + 1).round().astype(int) * block
-    return [(int(a), min(int(b), rows)) for a, b in zip(edges[:-1], edges[1:])]
-
-
-@dataclass(frozen=True)
-class Work:
-    """A pipeline's work folder and its ``pipeline.json`` (``config``); ``filters``: the settings of the filters
-    the ``filter`` stage runs (:meth:`hf_tlaser.bitext.filters.Filters.settings`), ``None`` when it has none to run."""
-
-    folder: Path
-    config: dict
-    filters: dict | None = None
-
-    @classmethod
-    def open(cls, folder: Path) -> Work:
-        return cls(folder, json.loads((folder / CONFIG).read_text(encoding="utf-8")))
-
-    @property
-    def plan(self) -> SearchPlan:
-        return SearchPlan(**self.config["search"])
-
-    def rows(self, side: str) -> Rows:
-        """The unique lines of ``side`` as memory-mapped vectors."""
-        array, _ = read_embeddings(self.config[side]["embeddings"], f"--{side}-embeddings")
-        return Rows(array, np.load(self.folder / f"rows.{side}.npy"))
-
-    def bounds(self, side: str) -> list[tuple[int, int]]:
-        """The query shards of ``side`` (``--shards``), each starting at a multiple of ``--batch-size``: every query
-        is searched in the block it has in ``hf-tlaser mine`` (a fast-scan index quantises its lookup tables per
-        block of queries, so a block's make-up can move a candidate)."""
-        return shard_bounds(self.config[side]["unique"], self.config["shards"], self.plan.batch_size)
-
-    def database(self, side: str) -> list[tuple[int, int]]:
-        """The database shards of ``side``: those of ``hf-tlaser mine``'s search (``--index-memory``)."""
-        return database_shards(self.config[side]["unique"], self.config[side]["rows_per_shard"])
-
-    def spec(self, side: str) -> str:
-        """The index of ``side``'s database."""
-        return self.plan.spec(self.config[side]["unique"], self.config["dim"])
-
-    def trained_path(self, side: str) -> Path:
-        return self.folder / "index" / f"{side}.trained.faiss"
-
-    def shard_path(self, side: str, shard: int) -> Path:
-        return self.folder / "index" / f"{side}.{shard:04d}.faiss"
-
-    def knn_path(self, direction: str, shard: int) -> Path:
-        return self.folder / "knn" / f"{direction}.{shard:04d}.npz"
-
-    def margin_path(self, direction: str, shard: int) -> Path:
-        return self.folder / "margin" / f"{direction}.{shard:04d}.npy"
-
-    def shards(self, direction: str) -> range:
-        """The query shards of ``direction``."""
-        return range(len(self.bounds(DIRECTIONS[direction][0])))
-
-    @property
-    def mined_path(self) -> Path:
-        return self.folder / "mined.npz"
-
-    @property
-    def filter_key(self) -> str:
-        """The digest that names the folder of this setting of the filters."""
-        text = json.dumps(self.filters, sort_keys=True)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-    def filter_path(self, key: str, part: int) -> Path:
-        return self.folder / "filter" / key / f"{part:04d}.npz"
-
-    def lines(self, side: str) -> np.ndarray:
-        """The line numbers of ``side``'s unique lines (its rows)."""
-        return np.load(self.folder / f"rows.{side}.npy")
-
-    def tasks(self, stage: str) -> list[tuple]:
-        """The tasks of ``stage``: its arguments after the work folder."""
-        if stage == "train":
-            return [(side,) for side in SIDES]
-        if stage == "populate":
-            return [(side, shard) for side in SIDES for shard in range(len(self.database(side)))]
-        if stage in ("search", "margin"):
-            return [(direction, shard) for direction in DIRECTIONS for shard in self.shards(direction)]
-        if stage == "filter":
-            return [] if self.filters is None else [(self.filter_key, part) for part in range(self.config["shards"])]
-        return [()]
-
-    def output(self, stage: str, task: tuple) -> Path:
-        """The file a task of ``stage`` writes (it exists: the task is done)."""
-        if stage == "train":
-            return self.trained_path(*task)
-        if stage == "populate":
-            return self.shard_path(*task)
-        if stage == "search":
-            return self.knn_path(*task)
-        if stage == "margin":
-            return self.margin_path(*task)
-        if stage == "filter":
-            return self.filter_path(*task)
-        return self.mined_path
-
-    def inputs(self, stage: str) -> list[Path]:
-        """The files ``stage`` reads that earlier stages write."""
-        earlier = STAGES[: STAGES.index(stage)][-1:]
-        return [self.output(before, task) for before in earlier for task in self.tasks(before)]
-
-    def write_filters(self) -> None:
-        """``filter/{key}/settings.json``: what the ``filter`` stage's tasks read."""
-        path = self.folder / "filter" / self.filter_key / "settings.json"
-        write_atomic(path, lambda temporary: temporary.write_text(json.dumps(self.filters, indent=2) + "\n"))
-
-    def judged(self) -> tuple[np.ndarray, dict[str, int | None]] | None:
-        """The ``filter`` stage's result: which pairs above the threshold its filters keep, and how many each
-        removed (summed over the slices); ``None`` when it had no filters to run."""
-        if self.filters is None:
-            return None
-        keep, removed = [], {}
-        for task in self.tasks("filter"):
-            with np.load(self.filter_path(*task)) as part:
-                keep.append(part["keep"])
-                for name, count in json.loads(str(part["removed"])).items():
-                    removed[name] = None if count is None else (removed.get(name) or 0) + count
-        return np.concatenate(keep), removed
+def unique(work: Work, side: str) -> None:
+    """``unique``: the line numbers of ``side``'s first occurrences of its distinct non-blank lines."""
+    parts = [np.load(work.keys_path(side, part), mmap_mode="r") for part in range(len(work.line_bounds(side)))]
+    write_atomic(work.rows_path(side), lambda path: first_rows(parts, path))
 
 
 def train(work: Work, side: str) -> None:
@@ -230,7 +124,10 @@ def populate(work: Work, side: str, shard: int) -> None:
     faiss = require_faiss()
     database, (start, stop) = work.rows(side), work.database(side)[shard]
     index = faiss.read_index(str(work.trained_path(side)))
-    for _, block in database.blocks(work.plan.batch_size, start, stop):
+    for offset, block in database.blocks(work.plan.batch_size, start, stop):
+        bad = first_non_finite(block)  # the command does not read the vectors: each row is checked here
+        if bad is not None:
+            raise ValueError(not_finite(side, int(database.rows[offset + bad]), work.config[side]["texts"]))
         index.add(block)
     write_atomic(work.shard_path(side, shard), lambda path: faiss.write_index(index, str(path)))
 
@@ -285,12 +182,12 @@ def mine(work: Work) -> None:
     retrieval = config["retrieval"]
     runs = [np.load(work.margin_path(d, shard), mmap_mode="r") for d in RUNS[retrieval] for shard in work.shards(d)]
     if retrieval == "intersect":
-        bwd_best = np.full(config["tgt"]["unique"], -1, dtype=np.int64)
+        bwd_best = np.full(work.unique("tgt"), -1, dtype=np.int64)
         for shard in work.shards("bwd"):
             run = np.load(work.margin_path("bwd", shard))
             bwd_best[run["tgt"]] = run["src"]
         runs = [pack(best_first(mutual((run["score"], run["src"], run["tgt"]), bwd_best))) for run in runs]
-    sizes = config["src"]["unique"], config["tgt"]["unique"]
+    sizes = work.unique("src"), work.unique("tgt")
     mined = Mined.above(merged_one_to_one(runs, sizes), config["threshold"])
     write_atomic(
         work.mined_path,
@@ -305,41 +202,96 @@ def pack(pairs: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
     return run
 
 
-def filter_pairs(work: Work, key: str, part: int) -> None:
-    """``filter``: the filters that judge each pair alone (``PER_PAIR``) on one slice of the pairs above the
-    threshold, their texts read from the two files in one pass each."""
-    settings = json.loads((work.folder / "filter" / key / "settings.json").read_text(encoding="utf-8"))
-    mined = read_mined(work)
-    start, stop = np.linspace(0, mined.kept, work.config["shards"] + 1).round().astype(int)[[part, part + 1]]
+def slice_texts(work: Work, mined: Mined, positions: np.ndarray) -> tuple[list[str], list[str]]:
+    """The texts of the pairs at ``positions`` of ``mined``, each file read in one pass holding those lines (its
+    SHA-256 checked against ``pipeline.json``)."""
     texts = []
-    for side, ids in (("src", mined.src[start:stop]), ("tgt", mined.tgt[start:stop])):
+    for side, ids in (("src", mined.src[positions]), ("tgt", mined.tgt[positions])):
         numbers = work.lines(side)[ids].tolist()
         found = lines_at(Path(work.config[side]["texts"]), numbers, work.config[side]["sha256"])
         texts.append([found[number] for number in numbers])
+    return texts[0], texts[1]
+
+
+def filter_pairs(work: Work, key: str, part: int) -> None:
+    """``filter``: the filters that judge each pair alone (``PER_PAIR``) on one slice of the pairs above the
+    threshold, and the keys of its pairs' normalised texts (for ``dedup``)."""
+    settings = json.loads((work.folder / "filter" / key / "settings.json").read_text(encoding="utf-8"))
+    mined = read_mined(work)
+    start, stop = slice_bounds(mined.kept, work.config["shards"], part)
+    texts = slice_texts(work, mined, np.arange(start, stop))
     keep, removed = apply_filters(Filters.from_settings(settings), mined.scores[start:stop], *texts, names=PER_PAIR)
-    write_atomic(work.filter_path(key, part), lambda path: np.savez(path, keep=keep, removed=json.dumps(removed)))
+    src_keys, tgt_keys = normalised_keys(*texts)
+    write_atomic(
+        work.filter_path(key, part),
+        lambda path: np.savez(path, keep=keep, removed=json.dumps(removed), src_keys=src_keys, tgt_keys=tgt_keys),
+    )
 
 
-def read_mined(work: Work) -> Mined:
-    """The ``mine`` stage's pairs."""
-    with np.load(work.mined_path) as saved:
-        return Mined(saved["scores"], saved["src"], saved["tgt"], int(saved["kept"]))
+def dedup(work: Work, key: str) -> None:
+    """``dedup``: near-duplicate removal (:func:`~hf_tlaser.bitext.filters.dedup_keys_mask`) over the pairs that
+    the filter slices keep, from their keys."""
+    parts = [np.load(work.filter_path(key, part)) for part in range(work.config["shards"])]
+    keep = np.concatenate([part["keep"] for part in parts])
+    src_keys, tgt_keys = (np.concatenate([part[name] for part in parts]) for name in ("src_keys", "tgt_keys"))
+    alive = np.flatnonzero(keep)
+    scores = read_mined(work).scores[: len(keep)]
+    kept = dedup_keys_mask(scores[alive], src_keys[alive], tgt_keys[alive])
+    keep[alive[~kept]] = False
+    logger.info("filter dedup removed %d of %d pairs", int(np.sum(~kept)), len(alive))
+    write_atomic(work.dedup_path(key), lambda path: np.savez(path, keep=keep, removed=int(np.sum(~kept))))
+
+
+def write(work: Work, key: str, part: int) -> None:
+    """``write``: the TSV and the lines file of one slice's pairs that every filter keeps, and its counts."""
+    settings = json.loads((work.folder / "write" / key / "settings.json").read_text(encoding="utf-8"))
+    mined = read_mined(work)
+    start, stop = slice_bounds(mined.kept, work.config["shards"], part)
+    keep = np.ones(stop - start, dtype=bool)
+    if settings is not None and settings["dedup"]:
+        keep = np.load(work.dedup_path(settings_key(per_pair(settings))))["keep"][start:stop]
+    elif settings is not None:
+        keep = np.load(work.filter_path(settings_key(per_pair(settings)), part))["keep"]
+    positions = start + np.flatnonzero(keep)
+    src_texts, tgt_texts = slice_texts(work, mined, positions)
+    scores = mined.scores[positions]
+    changed = write_tsv(zip(scores, src_texts, tgt_texts), work.write_path(key, part))
+    lines = work.lines("src")[mined.src[positions]], work.lines("tgt")[mined.tgt[positions]]
+    write_lines(scores, *lines, work.write_path(key, part, ".lines.tsv"))
+    counts = json.dumps({"written": len(positions), "texts_written_with_spaces": changed})
+    write_atomic(work.write_path(key, part, ".json"), lambda path: path.write_text(counts + "\n"))
 
 
 TASKS: dict[str, Callable[..., None]] = {
+    "lines": keys,
+    "unique": unique,
     "train": train,
     "populate": populate,
     "search": search,
     "margin": margin,
     "mine": mine,
     "filter": filter_pairs,
+    "dedup": dedup,
+    "write": write,
 }
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident memory (MiB), its heap and the pages of memory-mapped files it touched: Linux's
+    ``VmHWM``, which starts afresh in a new program; elsewhere ``ru_maxrss`` (which, on Linux, keeps the RSS of the
+    process that forked it, e.g. a benchmark holding its corpus)."""
+    status = Path("/proc/self/status")
+    if status.is_file():
+        for line in status.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (1 << 20 if sys.platform == "darwin" else 1024)
 
 
 def record_task(work: Work, stage: str, task: tuple, seconds: float) -> None:
     """``stats/STAGE.TASK.json``: a finished task's wall time, its process's peak RSS so far (a job runs its tasks one
     after the other) and the host (what the per-stage table and a cluster estimate read)."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    peak = peak_rss_mib()
     name = ".".join([stage, *map(str, task)])
     record = {"stage": stage, "task": list(task), "seconds": round(seconds, 3), "peak_rss_mib": round(peak, 1)}
     record["host"] = socket.gethostname()

@@ -146,6 +146,14 @@ def first_non_finite(array: np.ndarray, block: int = 65536) -> int | None:
     return None
 
 
+def not_finite(side: str, row: int, texts_path: Path | str) -> str:
+    """The one line for ``--{side}-embeddings``' vector of line ``row`` (0-based) of ``texts_path``, not finite."""
+    return (
+        f"--{side}-embeddings: the vector of line {row + 1} of {texts_path} is not finite (NaN or Inf); embed the "
+        "file again with a sound model"
+    )
+
+
 class StackedRows:
     """Several [n_i, d] arrays of one dtype (memory maps) read as one [sum n_i, d] array without concatenating them:
     ``stacked[rows]`` (an integer, a slice or an array of row numbers) reads only those rows, from the files that

@@ -9,8 +9,9 @@ searched in the same block of ``--batch-size`` queries; ``--shards`` cuts the qu
 
 The vectors come from ``hf-tlaser embed`` (for many jobs: ``--shard i/n``, one job per shard; give all the shard
 files). The work folder (``--work``) keeps every stage's files: a stage whose files exist is skipped, a killed stage
-runs again only its unfinished tasks, and ``--stage`` runs some stages only (e.g. ``train,populate`` on one
-allocation, ``search,margin,mine`` on another). A work folder holds one pipeline: other inputs or settings are refused.
+runs again only its unfinished tasks, and ``--stage`` runs some stages only (e.g. ``lines,unique,train,populate``
+on one allocation, ``search,margin,mine,filter,dedup,write`` on another). A work folder holds one pipeline: other
+inputs or settings are refused.
 
 Before any job: the arguments and outputs are checked as ``hf-tlaser mine`` checks them, the texts' line counts and
 SHA-256 are read in chunks (the command holds no text: the ``lines`` and ``unique`` stages find the unique lines, the

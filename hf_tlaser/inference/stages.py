@@ -91,6 +91,7 @@ from hf_tlaser.inference.work import (
     Work,
     per_pair,
     read_mined,
+    saved,
     settings_key,
     slice_bounds,
     write_atomic,
@@ -166,7 +167,7 @@ def margin(work: Work, direction: str, shard: int) -> None:
     """``margin``: one query shard's candidates scored with LASER's margin against the other direction's means, each
     query's best as a pair, best first (a run of ``PAIR_DTYPE`` records)."""
     reverse = next(other for other in DIRECTIONS if other != direction)
-    other = np.concatenate([np.load(work.knn_path(reverse, part))["means"] for part in work.shards(reverse)])
+    other = np.concatenate([saved(work.knn_path(reverse, part), "means")[0] for part in work.shards(reverse)])
     with np.load(work.knn_path(direction, shard)) as lists:
         scored = scored_candidates(lists["sims"], lists["ids"], lists["means"], other, work.config["margin"])
     start, _ = work.bounds(DIRECTIONS[direction][0])[shard]
@@ -202,15 +203,16 @@ def pack(pairs: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
     return run
 
 
-def slice_texts(work: Work, mined: Mined, positions: np.ndarray) -> tuple[list[str], list[str]]:
-    """The texts of the pairs at ``positions`` of ``mined``, each file read in one pass holding those lines (its
-    SHA-256 checked against ``pipeline.json``)."""
-    texts = []
+def slice_texts(work: Work, mined: Mined, positions: np.ndarray) -> tuple[list[list[str]], list[np.ndarray]]:
+    """The texts of the pairs at ``positions`` of ``mined`` (source, target), each file read in one pass holding those
+    lines (its SHA-256 checked against ``pipeline.json``), and their line numbers."""
+    texts, numbers = [], []
     for side, ids in (("src", mined.src[positions]), ("tgt", mined.tgt[positions])):
-        numbers = work.lines(side)[ids].tolist()
-        found = lines_at(Path(work.config[side]["texts"]), numbers, work.config[side]["sha256"])
-        texts.append([found[number] for number in numbers])
-    return texts[0], texts[1]
+        lines = work.lines(side)[ids]
+        found = lines_at(Path(work.config[side]["texts"]), lines.tolist(), work.config[side]["sha256"])
+        texts.append([found[number] for number in lines.tolist()])
+        numbers.append(lines)
+    return texts, numbers
 
 
 def filter_pairs(work: Work, key: str, part: int) -> None:
@@ -219,7 +221,7 @@ def filter_pairs(work: Work, key: str, part: int) -> None:
     settings = json.loads((work.folder / "filter" / key / "settings.json").read_text(encoding="utf-8"))
     mined = read_mined(work)
     start, stop = slice_bounds(mined.kept, work.config["shards"], part)
-    texts = slice_texts(work, mined, np.arange(start, stop))
+    texts, _ = slice_texts(work, mined, np.arange(start, stop))
     keep, removed = apply_filters(Filters.from_settings(settings), mined.scores[start:stop], *texts, names=PER_PAIR)
     src_keys, tgt_keys = normalised_keys(*texts)
     write_atomic(
@@ -231,9 +233,9 @@ def filter_pairs(work: Work, key: str, part: int) -> None:
 def dedup(work: Work, key: str) -> None:
     """``dedup``: near-duplicate removal (:func:`~hf_tlaser.bitext.filters.dedup_keys_mask`) over the pairs that
     the filter slices keep, from their keys."""
-    parts = [np.load(work.filter_path(key, part)) for part in range(work.config["shards"])]
-    keep = np.concatenate([part["keep"] for part in parts])
-    src_keys, tgt_keys = (np.concatenate([part[name] for part in parts]) for name in ("src_keys", "tgt_keys"))
+    names = "keep", "src_keys", "tgt_keys"
+    parts = [saved(work.filter_path(key, part), *names) for part in range(work.config["shards"])]
+    keep, src_keys, tgt_keys = (np.concatenate(arrays) for arrays in zip(*parts))
     alive = np.flatnonzero(keep)
     scores = read_mined(work).scores[: len(keep)]
     kept = dedup_keys_mask(scores[alive], src_keys[alive], tgt_keys[alive])
@@ -249,14 +251,14 @@ def write(work: Work, key: str, part: int) -> None:
     start, stop = slice_bounds(mined.kept, work.config["shards"], part)
     keep = np.ones(stop - start, dtype=bool)
     if settings is not None and settings["dedup"]:
-        keep = np.load(work.dedup_path(settings_key(per_pair(settings))))["keep"][start:stop]
+        (keep,) = saved(work.dedup_path(settings_key(per_pair(settings))), "keep")
+        keep = keep[start:stop]
     elif settings is not None:
-        keep = np.load(work.filter_path(settings_key(per_pair(settings)), part))["keep"]
+        (keep,) = saved(work.filter_path(settings_key(per_pair(settings)), part), "keep")
     positions = start + np.flatnonzero(keep)
-    src_texts, tgt_texts = slice_texts(work, mined, positions)
+    texts, lines = slice_texts(work, mined, positions)
     scores = mined.scores[positions]
-    changed = write_tsv(zip(scores, src_texts, tgt_texts), work.write_path(key, part))
-    lines = work.lines("src")[mined.src[positions]], work.lines("tgt")[mined.tgt[positions]]
+    changed = write_tsv(zip(scores, *texts), work.write_path(key, part))
     write_lines(scores, *lines, work.write_path(key, part, ".lines.tsv"))
     counts = json.dumps({"written": len(positions), "texts_written_with_spaces": changed})
     write_atomic(work.write_path(key, part, ".json"), lambda path: path.write_text(counts + "\n"))

@@ -51,6 +51,12 @@ def rows_per_shard(spec: str, dim: int, memory: float) -> int:
     return shard_rows(make_index(spec, dim), memory)
 
 
+def saved(path: Path, *names: str) -> tuple[np.ndarray, ...]:
+    """Arrays ``names`` of the ``.npz`` file ``path``, the file closed."""
+    with np.load(path) as arrays:
+        return tuple(arrays[name] for name in names)
+
+
 def settings_key(settings: dict | None) -> str:
     """The digest that names the folder of one setting of the filters."""
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
@@ -182,25 +188,21 @@ class Work:
 
     def output(self, stage: str, task: tuple) -> Path:
         """The file a task of ``stage`` writes (it exists: the task is done)."""
-        if stage == "lines":
-            return self.keys_path(*task)
-        if stage == "unique":
-            return self.rows_path(*task)
-        if stage == "train":
-            return self.trained_path(*task)
-        if stage == "populate":
-            return self.shard_path(*task)
-        if stage == "search":
-            return self.knn_path(*task)
-        if stage == "margin":
-            return self.margin_path(*task)
-        if stage == "filter":
-            return self.filter_path(*task)
-        if stage == "dedup":
-            return self.dedup_path(*task)
+        if stage == "mine":
+            return self.mined_path
         if stage == "write":
             return self.write_path(*task, suffix=".json")
-        return self.mined_path
+        paths = {
+            "lines": self.keys_path,
+            "unique": self.rows_path,
+            "train": self.trained_path,
+            "populate": self.shard_path,
+            "search": self.knn_path,
+            "margin": self.margin_path,
+            "filter": self.filter_path,
+            "dedup": self.dedup_path,
+        }
+        return paths[stage](*task)
 
     def inputs(self, stage: str) -> list[Path]:
         """The files ``stage`` reads that earlier stages write: those of the last earlier stage with tasks (after
@@ -230,16 +232,16 @@ class Work:
         ``filter`` stage's counts summed over the slices, and the ``dedup`` stage's."""
         removed: dict[str, int | None] = dict.fromkeys(FILTERS)
         for task in self.tasks("filter"):
-            with np.load(self.filter_path(*task)) as part:
-                for name, count in json.loads(str(part["removed"])).items():
-                    removed[name] = None if count is None else (removed[name] or 0) + count
+            (counts,) = saved(self.filter_path(*task), "removed")
+            for name, count in json.loads(str(counts)).items():
+                removed[name] = None if count is None else (removed[name] or 0) + count
         for task in self.tasks("dedup"):
-            with np.load(self.dedup_path(*task)) as saved:
-                removed["dedup"] = int(saved["removed"])
+            (count,) = saved(self.dedup_path(*task), "removed")
+            removed["dedup"] = int(count)
         return removed
 
 
 def read_mined(work: Work) -> Mined:
     """The ``mine`` stage's pairs."""
-    with np.load(work.mined_path) as saved:
-        return Mined(saved["scores"], saved["src"], saved["tgt"], int(saved["kept"]))
+    scores, src, tgt, kept = saved(work.mined_path, "scores", "src", "tgt", "kept")
+    return Mined(scores, src, tgt, int(kept))

@@ -6,6 +6,7 @@ hf_tlaser: seconds each, so most tests run the tasks inline.)"""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,7 @@ from hf_tlaser.bitext.index import database_shards
 from hf_tlaser.bitext.texts import lines_at, read_texts
 from hf_tlaser.inference import mine, pipeline
 from hf_tlaser.inference.store import StackedRows
-from hf_tlaser.inference.work import Work, shard_bounds
+from hf_tlaser.inference.work import Work, shard_bounds, write_atomic
 
 pytest.importorskip("faiss")
 pytest.importorskip("submitit")
@@ -189,14 +190,76 @@ def test_a_failed_job_names_its_log_and_the_rerun_finishes(corpus, tmp_path, cap
     good = shard.read_bytes()
     shard.write_bytes(good[:100])  # a damaged shard: the search tasks that read it (fwd) fail
     capsys.readouterr()
-    local = [*staged(corpus, tmp_path, launcher="local"), "--workers", "1", "--output", str(tmp_path / "p.tsv")]
+    local = [*staged(corpus, tmp_path, launcher="local"), "--output", str(tmp_path / "p.tsv")]
     assert pipeline.main([*local, "--stage", "search"]) == 1
     err = capsys.readouterr().err.strip()
-    assert err.startswith("hf-tlaser mine-pipeline: error: stage search: job ") and "its log: " in err
-    assert "3 of 6 search tasks failed" in err and not (tmp_path / "p.tsv").exists()
+    assert err.startswith("hf-tlaser mine-pipeline: error: stage search: 2 of 2 jobs failed; job ") and "log: " in err
+    assert "2 of 3 search tasks failed" in err and not (tmp_path / "p.tsv").exists()  # 2 jobs: fwd 0, 2, bwd 1 first
+    assert len(list((tmp_path / "work" / "knn").glob("bwd.*.npz"))) == 3  # the other job was waited for
     shard.write_bytes(good)
     assert pipeline.main(args) == 0
     assert "stage search: 3 tasks run, 3 done before" in capsys.readouterr().out  # the job went on with bwd
+
+
+def test_a_killed_command_cancels_its_jobs_and_the_rerun_finishes(corpus, tmp_path, capsys, monkeypatch):
+    import signal
+    import time
+
+    from submitit.local.local import LocalJob
+
+    assert mine.main([*inputs(corpus), "--output", str(tmp_path / "one.tsv")]) == 0
+    args = [*staged(corpus, tmp_path), "--output", str(tmp_path / "p.tsv")]
+    assert pipeline.main([*args, "--stage", "lines,unique,train,populate"]) == 0
+    cancelled = []
+    cancel = LocalJob.cancel
+
+    def kill_the_command(job):  # SIGTERM to the command while it waits for its first job (a fresh interpreter)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+
+    def record(job, check=True):
+        cancelled.append(job)
+        cancel(job, check=check)
+
+    monkeypatch.setattr(LocalJob, "result", kill_the_command)
+    monkeypatch.setattr(LocalJob, "cancel", record)
+    before = signal.getsignal(signal.SIGTERM)
+    local = [*staged(corpus, tmp_path, launcher="local"), "--output", str(tmp_path / "p.tsv")]
+    capsys.readouterr()
+    assert pipeline.main([*local, "--stage", "search"]) == 130
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "hf-tlaser mine-pipeline: interrupted (its running jobs cancelled); the finished tasks are kept in "
+        f"{tmp_path / 'work'}: the same command resumes"
+    )
+    assert signal.getsignal(signal.SIGTERM) == before and len(cancelled) == 2  # --workers 2: both jobs
+    for job in cancelled:
+        job._process.wait(timeout=60)  # noqa: SLF001 - the local job's process: it has ended
+    assert not list((tmp_path / "work").glob("knn/*.tmp*"))  # a cancelled task leaves no temporary file
+    monkeypatch.undo()
+    assert pipeline.main(args) == 0
+    assert (tmp_path / "p.tsv").read_bytes() == (tmp_path / "one.tsv").read_bytes()
+
+
+def test_two_jobs_writing_one_output_leave_a_whole_file(tmp_path, monkeypatch):
+    """A job left running by a killed command and its rerun's job may run the same task at once: their temporary
+    files differ, so the output is one whole file, not a mix."""
+    path = tmp_path / "out.txt"
+
+    def write(temporary):
+        with temporary.open("a") as out:
+            out.write("first half, ")
+        monkeypatch.setattr(os, "getpid", lambda: -1)  # the other process
+        write_atomic(path, lambda other: other.write_text("the other job's whole file"))
+        monkeypatch.undo()
+        with temporary.open("a") as out:
+            out.write("second half")
+
+    write_atomic(path, write)
+    assert path.read_text() == "first half, second half" and [p.name for p in tmp_path.iterdir()] == ["out.txt"]
+    with pytest.raises(ZeroDivisionError):
+        write_atomic(tmp_path / "failed.txt", lambda temporary: (temporary.write_text("half"), 1 / 0))
+    assert [p.name for p in tmp_path.iterdir()] == ["out.txt"]  # a failed write leaves no temporary file
 
 
 def test_embeddings_in_shard_files_are_read_lazily_and_mine_the_same(corpus, tmp_path, capsys):

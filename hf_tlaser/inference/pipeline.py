@@ -28,7 +28,9 @@ import json
 import logging
 import re
 import shutil
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from hf_tlaser.bitext.texts import TextDigest, digest_texts
@@ -216,14 +218,29 @@ def run_stage(args: argparse.Namespace, work: Work, stage: str) -> int:
     )
     where = f"Slurm job array {jobs[0].job_id.split('_')[0]}" if args.launcher == "slurm" else "local processes"
     logger.info("stage %s: %d tasks as %d jobs (%s, %d at a time)", stage, len(pending), len(jobs), where, args.workers)
-    for job in jobs:
-        try:
-            job.result()
-        except Exception as err:  # noqa: BLE001 - a job's failure is reported with its log, whatever it was
-            last = error_line(str(err)) or type(err).__name__
-            raise JobFailed(
-                f"stage {stage}: job {job.job_id} failed ({last[:300]}); its log: {job.paths.stderr}"
-            ) from err
+    failed, main_thread = [], threading.current_thread() is threading.main_thread()
+    if main_thread:  # a kill (SIGTERM) as Ctrl-C: the jobs are cancelled
+        previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        for job in jobs:  # every job waited for: the others' tasks finish when one fails
+            try:
+                job.result()
+            except Exception as err:  # noqa: BLE001 - a job's failure is reported with its log, whatever it was
+                failed.append((job, err))
+    except KeyboardInterrupt:
+        unfinished = [job for job in jobs if not job.done()]
+        for job in unfinished:
+            job.cancel(check=False)
+        logger.warning("stage %s: interrupted; %d unfinished jobs cancelled", stage, len(unfinished))
+        raise
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+    if failed:
+        (job, err), count = failed[0], f"{len(failed)} of {len(jobs)} jobs failed"
+        last = error_line(str(err)) or type(err).__name__
+        message = f"stage {stage}: {count}; job {job.job_id} ({last[:300]}); its log: {job.paths.stderr}"
+        raise JobFailed(message) from err
     return len(pending)
 
 
@@ -271,7 +288,8 @@ def write_outputs(args: argparse.Namespace, work: Work, texts: tuple[TextDigest,
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``hf-tlaser mine-pipeline``: 0 on success, 2 with one line on stderr for a usage mistake, 1
-    with one line naming its log when a job fails."""
+    with one line naming its log when a job fails, 130 when interrupted (Ctrl-C or SIGTERM while jobs run: they are
+    cancelled)."""
     args = build_parser().parse_args(argv)
     args.histogram = args.histogram or args.output.with_suffix(".png")
 
@@ -305,6 +323,13 @@ def main(argv: list[str] | None = None) -> int:
             except JobFailed as err:
                 print(f"hf-tlaser mine-pipeline: error: {err}", file=sys.stderr)
                 return 1
+            except KeyboardInterrupt:
+                print(
+                    f"hf-tlaser mine-pipeline: interrupted (its running jobs cancelled); the finished tasks are kept "
+                    f"in {args.work}: the same command resumes",
+                    file=sys.stderr,
+                )
+                return 130
             if "write" not in stages:
                 return 0
             summary = write_outputs(args, folder, texts, filters)

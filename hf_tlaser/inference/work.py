@@ -30,11 +30,16 @@ folder of an older format is refused as another pipeline's)."""
 
 
 def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
-    """``write(temporary path)``, then the temporary file renamed to ``path`` (a killed task leaves no ``path``)."""
+    """``write(temporary path)``, then the temporary file renamed to ``path`` (a killed task leaves no ``path``). The
+    temporary name is this process's, so that two jobs running the same task (a job left by a killed command and its
+    rerun's) never write into one file: the last rename wins, with a whole file either way."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f"{path.name}.tmp{path.suffix}")
-    write(temporary)
-    os.replace(temporary, path)
+    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp{path.suffix}")
+    try:
+        write(temporary)
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
 
 
 def shard_bounds(rows: int, shards: int, block: int = 1) -> list[tuple[int, int]]:

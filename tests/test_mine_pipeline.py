@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -191,7 +195,9 @@ def test_a_failed_job_names_its_log_and_the_rerun_finishes(corpus, tmp_path, cap
     shard.write_bytes(good[:100])  # a damaged shard: the search tasks that read it (fwd) fail
     capsys.readouterr()
     local = [*staged(corpus, tmp_path, launcher="local"), "--output", str(tmp_path / "p.tsv")]
+    handler = signal.getsignal(signal.SIGTERM)
     assert pipeline.main([*local, "--stage", "search"]) == 1
+    assert signal.getsignal(signal.SIGTERM) == handler  # SIGTERM cancels the jobs only while they run
     err = capsys.readouterr().err.strip()
     assert err.startswith("hf-tlaser mine-pipeline: error: stage search: 2 of 2 jobs failed; job ") and "log: " in err
     assert "2 of 3 search tasks failed" in err and not (tmp_path / "p.tsv").exists()  # 2 jobs: fwd 0, 2, bwd 1 first
@@ -201,42 +207,39 @@ def test_a_failed_job_names_its_log_and_the_rerun_finishes(corpus, tmp_path, cap
     assert "stage search: 3 tasks run, 3 done before" in capsys.readouterr().out  # the job went on with bwd
 
 
-def test_a_killed_command_cancels_its_jobs_and_the_rerun_finishes(corpus, tmp_path, capsys, monkeypatch):
-    import signal
-    import time
-
-    from submitit.local.local import LocalJob
-
+def test_a_killed_command_cancels_its_jobs_and_the_rerun_finishes(corpus, tmp_path, capsys):
+    """SIGTERM to the command (a real process) while its local jobs run: the jobs are cancelled, one line, exit code
+    130; the same command then finishes with the pairs of ``hf-tlaser mine``."""
     assert mine.main([*inputs(corpus), "--output", str(tmp_path / "one.tsv")]) == 0
     args = [*staged(corpus, tmp_path), "--output", str(tmp_path / "p.tsv")]
     assert pipeline.main([*args, "--stage", "lines,unique,train,populate"]) == 0
-    cancelled = []
-    cancel = LocalJob.cancel
-
-    def kill_the_command(job):  # SIGTERM to the command while it waits for its first job (a fresh interpreter)
-        os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(5)
-
-    def record(job, check=True):
-        cancelled.append(job)
-        cancel(job, check=check)
-
-    monkeypatch.setattr(LocalJob, "result", kill_the_command)
-    monkeypatch.setattr(LocalJob, "cancel", record)
-    before = signal.getsignal(signal.SIGTERM)
-    local = [*staged(corpus, tmp_path, launcher="local"), "--output", str(tmp_path / "p.tsv")]
-    capsys.readouterr()
-    assert pipeline.main([*local, "--stage", "search"]) == 130
-    err = capsys.readouterr().err.strip()
-    assert err == (
+    local = [*staged(corpus, tmp_path, launcher="local"), "--output", str(tmp_path / "p.tsv"), "--stage", "search"]
+    command = subprocess.Popen(
+        [sys.executable, "-m", "hf_tlaser.inference.pipeline", *local], stderr=subprocess.PIPE, text=True
+    )
+    for line in command.stderr:  # the jobs are submitted (each a fresh interpreter, seconds from its first task)
+        if "stage search: 6 tasks as 2 jobs" in line:
+            break
+    command.send_signal(signal.SIGTERM)
+    rest = command.stderr.read()
+    assert command.wait(timeout=60) == 130
+    assert "stage search: interrupted; 2 unfinished jobs cancelled" in rest
+    assert rest.strip().splitlines()[-1] == (
         "hf-tlaser mine-pipeline: interrupted (its running jobs cancelled); the finished tasks are kept in "
         f"{tmp_path / 'work'}: the same command resumes"
     )
-    assert signal.getsignal(signal.SIGTERM) == before and len(cancelled) == 2  # --workers 2: both jobs
-    for job in cancelled:
-        job._process.wait(timeout=60)  # noqa: SLF001 - the local job's process: it has ended
+    controllers = {int(path.name.split("_")[0]) for path in (tmp_path / "work" / "logs" / "search").glob("*.pkl")}
+    assert len(controllers) == 2
+    for pid in controllers:  # each job's process ends (a zombie left to init counts as ended)
+        status = Path(f"/proc/{pid}/status")
+        for _ in range(600):
+            if not status.exists() or "\nState:\tZ" in status.read_text():
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail(f"job {pid} still runs after the command was killed")
     assert not list((tmp_path / "work").glob("knn/*.tmp*"))  # a cancelled task leaves no temporary file
-    monkeypatch.undo()
+    assert len(list((tmp_path / "work").glob("knn/*.npz"))) < 6  # cancelled before their tasks were all done
     assert pipeline.main(args) == 0
     assert (tmp_path / "p.tsv").read_bytes() == (tmp_path / "one.tsv").read_bytes()
 

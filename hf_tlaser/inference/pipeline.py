@@ -26,11 +26,14 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import re
 import shutil
 import signal
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from hf_tlaser.bitext.texts import TextDigest, digest_texts
@@ -187,6 +190,26 @@ def error_line(text: str) -> str | None:
     return next((line for line in reversed(lines) if re.match(r"^[\w.]+(Error|Exception|Interrupt)\b.*:", line)), None)
 
 
+@contextmanager
+def controllers_stderr(path: Path, local: bool) -> Iterator[None]:
+    """While submitit starts local jobs: file descriptor 2 on ``path``. Each local job's controller is a process that
+    inherits this process's stderr, and a cancelled one prints its ``KeyboardInterrupt`` traceback there: into the
+    stage's logs instead of after the command's one line (its tasks' output is in their own logs either way)."""
+    if not local:
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stderr.flush()
+    terminal = os.dup(2)
+    with path.open("ab") as log:
+        os.dup2(log.fileno(), 2)
+    try:
+        yield
+    finally:
+        os.dup2(terminal, 2)
+        os.close(terminal)
+
+
 def check_inputs(work: Work, stage: str) -> None:
     """``UsageError`` naming the first file of an earlier stage that ``stage`` needs and that is not there."""
     missing = [path for path in work.inputs(stage) if not path.exists()]
@@ -213,14 +236,16 @@ def run_stage(args: argparse.Namespace, work: Work, stage: str) -> int:
     groups = [pending[i :: args.workers] for i in range(min(args.workers, len(pending)))]
     if args.launcher == "slurm":
         groups = [[task] for task in pending]
-    jobs = executor(args, stage).map_array(
-        run_tasks, [str(work.folder)] * len(groups), [stage] * len(groups), groups, [job_threads(args)] * len(groups)
-    )
-    where = f"Slurm job array {jobs[0].job_id.split('_')[0]}" if args.launcher == "slurm" else "local processes"
-    logger.info("stage %s: %d tasks as %d jobs (%s, %d at a time)", stage, len(pending), len(jobs), where, args.workers)
+    size = len(groups)
+    with controllers_stderr(args.work / "logs" / stage / "controllers.err", args.launcher == "local"):
+        jobs = executor(args, stage).map_array(
+            run_tasks, [str(work.folder)] * size, [stage] * size, groups, [job_threads(args)] * size
+        )
     failed, main_thread = [], threading.current_thread() is threading.main_thread()
     if main_thread:  # a kill (SIGTERM) as Ctrl-C: the jobs are cancelled
         previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    where = f"Slurm job array {jobs[0].job_id.split('_')[0]}" if args.launcher == "slurm" else "local processes"
+    logger.info("stage %s: %d tasks as %d jobs (%s, %d at a time)", stage, len(pending), len(jobs), where, args.workers)
     try:
         for job in jobs:  # every job waited for: the others' tasks finish when one fails
             try:

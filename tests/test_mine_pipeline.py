@@ -208,14 +208,17 @@ def test_a_failed_job_names_its_log_and_the_rerun_finishes(corpus, tmp_path, cap
 
 
 def test_a_killed_command_cancels_its_jobs_and_the_rerun_finishes(corpus, tmp_path, capsys):
-    """SIGTERM to the command (a real process) while its local jobs run: the jobs are cancelled, one line, exit code
-    130; the same command then finishes with the pairs of ``hf-tlaser mine``."""
+    """SIGTERM to the command (a real process, started with SIGINT ignored) while its local jobs run: the jobs are
+    cancelled, one line, exit code 130; the same command then finishes with the pairs of ``hf-tlaser mine``."""
     assert mine.main([*inputs(corpus), "--output", str(tmp_path / "one.tsv")]) == 0
     args = [*staged(corpus, tmp_path), "--output", str(tmp_path / "p.tsv")]
     assert pipeline.main([*args, "--stage", "lines,unique,train,populate"]) == 0
     local = [*staged(corpus, tmp_path, launcher="local"), "--output", str(tmp_path / "p.tsv"), "--stage", "search"]
-    command = subprocess.Popen(
-        [sys.executable, "-m", "hf_tlaser.inference.pipeline", *local], stderr=subprocess.PIPE, text=True
+    command = subprocess.Popen(  # SIGINT ignored, as for a command a script starts in the background
+        [sys.executable, "-m", "hf_tlaser.inference.pipeline", *local],
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),  # noqa: PLW1509 - nothing else runs here
     )
     for line in command.stderr:  # the jobs are submitted (each a fresh interpreter, seconds from its first task)
         if "stage search: 6 tasks as 2 jobs" in line:
@@ -242,6 +245,38 @@ def test_a_killed_command_cancels_its_jobs_and_the_rerun_finishes(corpus, tmp_pa
     assert len(list((tmp_path / "work").glob("knn/*.npz"))) < 6  # cancelled before their tasks were all done
     assert pipeline.main(args) == 0
     assert (tmp_path / "p.tsv").read_bytes() == (tmp_path / "one.tsv").read_bytes()
+
+
+JOB_SCRIPT = """
+import json, os, signal, sys
+from pathlib import Path
+from hf_tlaser.inference import stages
+from hf_tlaser.inference.work import write_atomic
+
+def ignore(*_):
+    print("ignored", flush=True)
+
+signal.signal(signal.SIGTERM, ignore)  # what submitit's job environment does
+folder = Path(sys.argv[1])
+(folder / "pipeline.json").write_text("{}")
+
+def killed(work, direction, shard):  # SIGTERM (a cancelled job's controller forwards it) midway through the task
+    write_atomic(work.knn_path(direction, shard), lambda path: (path.write_text("half"), os.kill(os.getpid(), 15)))
+
+stages.TASKS["search"] = killed
+try:
+    stages.run_tasks(str(folder), "search", [("fwd", 0), ("fwd", 1)], 0)
+except KeyboardInterrupt:
+    print("stopped", signal.getsignal(signal.SIGTERM) is ignore, flush=True)
+"""
+
+
+def test_a_job_stops_on_sigterm_though_submitit_ignores_it(tmp_path):
+    """A local job's task stops on the SIGTERM its controller forwards (submitit's own handler ignores SIGTERM), the
+    task it was running leaving no file, and the job's handler is its own again afterwards."""
+    done = subprocess.run([sys.executable, "-c", JOB_SCRIPT, str(tmp_path)], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["stopped", "True"]
+    assert sorted(path.name for path in tmp_path.rglob("*") if path.is_file()) == ["pipeline.json"]
 
 
 def test_two_jobs_writing_one_output_leave_a_whole_file(tmp_path, monkeypatch):

@@ -31,10 +31,10 @@ import re
 import shutil
 import signal
 import sys
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hf_tlaser.bitext.texts import TextDigest, digest_texts
 from hf_tlaser.commands import run_command
@@ -46,7 +46,10 @@ from hf_tlaser.inference import mine
 from hf_tlaser.inference.histogram import plot_histogram
 from hf_tlaser.inference.stages import run_tasks
 from hf_tlaser.inference.store import check_compatible
-from hf_tlaser.inference.work import CONFIG, FORMAT, SIDES, STAGES, Work, read_mined
+from hf_tlaser.inference.work import CONFIG, FORMAT, SIDES, STAGES, Work, read_mined, sigterm_interrupts
+
+if TYPE_CHECKING:
+    from submitit import Job
 
 logger = logging.getLogger(__name__)
 
@@ -193,8 +196,9 @@ def error_line(text: str) -> str | None:
 @contextmanager
 def controllers_stderr(path: Path, local: bool) -> Iterator[None]:
     """While submitit starts local jobs: file descriptor 2 on ``path``. Each local job's controller is a process that
-    inherits this process's stderr, and a cancelled one prints its ``KeyboardInterrupt`` traceback there: into the
-    stage's logs instead of after the command's one line (its tasks' output is in their own logs either way)."""
+    inherits this process's stderr, and Ctrl-C (which a terminal sends to the whole process group) makes it print a
+    ``KeyboardInterrupt`` traceback there: into the stage's logs instead of after the command's one line (its tasks'
+    output is in their own logs either way)."""
     if not local:
         yield
         return
@@ -208,6 +212,17 @@ def controllers_stderr(path: Path, local: bool) -> Iterator[None]:
     finally:
         os.dup2(terminal, 2)
         os.close(terminal)
+
+
+def cancel(job: Job, launcher: str) -> None:
+    """Stop an unfinished job. A local job's controller gets SIGTERM and forwards it to its task, whose ``run_tasks``
+    stops on it (``job.cancel`` would send SIGINT, which a command started in the background of a script inherits as
+    ignored); a Slurm job is cancelled with ``scancel``. A local job's id is its controller's process id, a child of
+    this process that no one has reaped since ``job.done()`` found it running."""
+    if launcher == "local":
+        os.kill(int(job.job_id), signal.SIGTERM)
+    else:
+        job.cancel(check=False)
 
 
 def check_inputs(work: Work, stage: str) -> None:
@@ -241,26 +256,24 @@ def run_stage(args: argparse.Namespace, work: Work, stage: str) -> int:
         jobs = executor(args, stage).map_array(
             run_tasks, [str(work.folder)] * size, [stage] * size, groups, [job_threads(args)] * size
         )
-    failed, main_thread = [], threading.current_thread() is threading.main_thread()
-    if main_thread:  # a kill (SIGTERM) as Ctrl-C: the jobs are cancelled
-        previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
-    where = f"Slurm job array {jobs[0].job_id.split('_')[0]}" if args.launcher == "slurm" else "local processes"
-    logger.info("stage %s: %d tasks as %d jobs (%s, %d at a time)", stage, len(pending), len(jobs), where, args.workers)
-    try:
-        for job in jobs:  # every job waited for: the others' tasks finish when one fails
-            try:
-                job.result()
-            except Exception as err:  # noqa: BLE001 - a job's failure is reported with its log, whatever it was
-                failed.append((job, err))
-    except KeyboardInterrupt:
-        unfinished = [job for job in jobs if not job.done()]
-        for job in unfinished:
-            job.cancel(check=False)
-        logger.warning("stage %s: interrupted; %d unfinished jobs cancelled", stage, len(unfinished))
-        raise
-    finally:
-        if main_thread:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+    failed = []
+    with sigterm_interrupts():  # a kill (SIGTERM) as Ctrl-C: the jobs are cancelled
+        where = f"Slurm job array {jobs[0].job_id.split('_')[0]}" if args.launcher == "slurm" else "local processes"
+        logger.info(
+            "stage %s: %d tasks as %d jobs (%s, %d at a time)", stage, len(pending), len(jobs), where, args.workers
+        )
+        try:
+            for job in jobs:  # every job waited for: the others' tasks finish when one fails
+                try:
+                    job.result()
+                except Exception as err:  # noqa: BLE001 - a job's failure is reported with its log, whatever it was
+                    failed.append((job, err))
+        except KeyboardInterrupt:
+            unfinished = [job for job in jobs if not job.done()]
+            for job in unfinished:
+                cancel(job, args.launcher)
+            logger.warning("stage %s: interrupted; %d unfinished jobs cancelled", stage, len(unfinished))
+            raise
     if failed:
         (job, err), count = failed[0], f"{len(failed)} of {len(jobs)} jobs failed"
         last = error_line(str(err)) or type(err).__name__

@@ -93,6 +93,7 @@ from hf_tlaser.inference.work import (
     read_mined,
     saved,
     settings_key,
+    sigterm_interrupts,
     slice_bounds,
     write_atomic,
 )
@@ -304,22 +305,24 @@ def record_task(work: Work, stage: str, task: tuple, seconds: float) -> None:
 def run_tasks(folder: str, stage: str, tasks: list[tuple], threads: int) -> int:
     """Run ``tasks`` of ``stage`` one after the other in this process with ``threads`` faiss threads (what one job of
     the launcher does), skipping those whose output exists; returns how many ran. A failing task is logged and the
-    others still run; then ``RuntimeError`` names the failed tasks and the first error."""
+    others still run; then ``RuntimeError`` names the failed tasks and the first error. SIGTERM stops the job
+    (``KeyboardInterrupt``), the task it was running leaving no output."""
     if threads:
         require_faiss().omp_set_num_threads(threads)
     work, ran, failed = Work.open(Path(folder)), 0, []
-    for task in tasks:
-        if work.output(stage, task).exists():
-            continue
-        started = time.perf_counter()
-        try:
-            TASKS[stage](work, *task)
-        except Exception as err:  # noqa: BLE001 - any failure of one task: the job goes on with the others
-            logger.exception("%s %s failed", stage, task)
-            failed.append((task, err))
-            continue
-        record_task(work, stage, task, time.perf_counter() - started)
-        ran += 1
+    with sigterm_interrupts():  # a cancelled local job's controller forwards SIGTERM: the task stops, no output
+        for task in tasks:
+            if work.output(stage, task).exists():
+                continue
+            started = time.perf_counter()
+            try:
+                TASKS[stage](work, *task)
+            except Exception as err:  # noqa: BLE001 - any failure of one task: the job goes on with the others
+                logger.exception("%s %s failed", stage, task)
+                failed.append((task, err))
+                continue
+            record_task(work, stage, task, time.perf_counter() - started)
+            ran += 1
     if failed:
         task, err = failed[0]
         raise RuntimeError(f"{len(failed)} of {len(tasks)} {stage} tasks failed; the first, {task}: {err}")

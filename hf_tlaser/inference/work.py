@@ -7,7 +7,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -40,6 +43,24 @@ def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
         os.replace(temporary, path)
     finally:
         temporary.unlink(missing_ok=True)
+
+
+@contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """Inside, SIGTERM raises ``KeyboardInterrupt`` in this process, as Ctrl-C does, whatever this process inherited
+    (a SIGTERM ignored or blocked by its parent, or submitit's job handler, which ignores it); the earlier handler and
+    mask afterwards. Outside the main thread, nothing changes (Python's signal handlers belong to the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM}) if hasattr(signal, "pthread_sigmask") else set()
+    try:
+        yield
+    finally:
+        if signal.SIGTERM in mask:
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 def shard_bounds(rows: int, shards: int, block: int = 1) -> list[tuple[int, int]]:

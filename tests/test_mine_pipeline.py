@@ -207,26 +207,34 @@ def test_a_failed_job_names_its_log_and_the_rerun_finishes(corpus, tmp_path, cap
     assert "stage search: 3 tasks run, 3 done before" in capsys.readouterr().out  # the job went on with bwd
 
 
-def test_a_killed_command_cancels_its_jobs_and_the_rerun_finishes(corpus, tmp_path, capsys):
-    """SIGTERM to the command (a real process, started with SIGINT ignored) while its local jobs run: the jobs are
-    cancelled, one line, exit code 130; the same command then finishes with the pairs of ``hf-tlaser mine``."""
+@pytest.mark.parametrize("kill", ["sigterm", "ctrl-c"])
+def test_a_killed_command_cancels_its_jobs_and_the_rerun_finishes(corpus, tmp_path, capsys, kill):
+    """SIGTERM to the command (a real process, started with SIGINT ignored, as a script's background command), or
+    Ctrl-C to its process group as a terminal sends it (the jobs' controllers get it too), while its local jobs run:
+    the jobs are cancelled, one line and no traceback, exit code 130; the same command then finishes with the pairs of
+    ``hf-tlaser mine``."""
     assert mine.main([*inputs(corpus), "--output", str(tmp_path / "one.tsv")]) == 0
     args = [*staged(corpus, tmp_path), "--output", str(tmp_path / "p.tsv")]
     assert pipeline.main([*args, "--stage", "lines,unique,train,populate"]) == 0
     local = [*staged(corpus, tmp_path, launcher="local"), "--output", str(tmp_path / "p.tsv"), "--stage", "search"]
-    command = subprocess.Popen(  # SIGINT ignored, as for a command a script starts in the background
+    command = subprocess.Popen(
         [sys.executable, "-m", "hf_tlaser.inference.pipeline", *local],
         stderr=subprocess.PIPE,
         text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),  # noqa: PLW1509 - nothing else runs here
+        start_new_session=kill == "ctrl-c",
+        preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if kill == "sigterm" else None,  # noqa: PLW1509
     )
     for line in command.stderr:  # the jobs are submitted (each a fresh interpreter, seconds from its first task)
         if "stage search: 6 tasks as 2 jobs" in line:
             break
-    command.send_signal(signal.SIGTERM)
+    if kill == "sigterm":
+        command.send_signal(signal.SIGTERM)
+    else:
+        time.sleep(1)  # the controllers are running
+        os.killpg(command.pid, signal.SIGINT)
     rest = command.stderr.read()
     assert command.wait(timeout=60) == 130
-    assert "stage search: interrupted; 2 unfinished jobs cancelled" in rest
+    assert "stage search: interrupted; " in rest and "Traceback" not in rest
     assert rest.strip().splitlines()[-1] == (
         "hf-tlaser mine-pipeline: interrupted (its running jobs cancelled); the finished tasks are kept in "
         f"{tmp_path / 'work'}: the same command resumes"
@@ -242,7 +250,8 @@ def test_a_killed_command_cancels_its_jobs_and_the_rerun_finishes(corpus, tmp_pa
         else:
             pytest.fail(f"job {pid} still runs after the command was killed")
     assert not list((tmp_path / "work").glob("knn/*.tmp*"))  # a cancelled task leaves no temporary file
-    assert len(list((tmp_path / "work").glob("knn/*.npz"))) < 6  # cancelled before their tasks were all done
+    if kill == "sigterm":  # cancelled at once, before their tasks were all done
+        assert "2 unfinished jobs cancelled" in rest and len(list((tmp_path / "work").glob("knn/*.npz"))) < 6
     assert pipeline.main(args) == 0
     assert (tmp_path / "p.tsv").read_bytes() == (tmp_path / "one.tsv").read_bytes()
 

@@ -217,12 +217,13 @@ def test_a_killed_command_cancels_its_jobs_and_the_rerun_finishes(corpus, tmp_pa
     args = [*staged(corpus, tmp_path), "--output", str(tmp_path / "p.tsv")]
     assert pipeline.main([*args, "--stage", "lines,unique,train,populate"]) == 0
     local = [*staged(corpus, tmp_path, launcher="local"), "--output", str(tmp_path / "p.tsv"), "--stage", "search"]
+    ignored = signal.SIG_IGN if kill == "sigterm" else signal.SIG_DFL  # whatever this test process has (xdist: ignored)
     command = subprocess.Popen(
         [sys.executable, "-m", "hf_tlaser.inference.pipeline", *local],
         stderr=subprocess.PIPE,
         text=True,
-        start_new_session=kill == "ctrl-c",
-        preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if kill == "sigterm" else None,  # noqa: PLW1509
+        start_new_session=kill == "ctrl-c",  # its own process group, as a terminal's foreground command
+        preexec_fn=lambda: signal.signal(signal.SIGINT, ignored),  # noqa: PLW1509 - nothing else runs in the test
     )
     for line in command.stderr:  # the jobs are submitted (each a fresh interpreter, seconds from its first task)
         if "stage search: 6 tasks as 2 jobs" in line:

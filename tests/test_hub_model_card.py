@@ -75,6 +75,8 @@ def test_card_with_training_and_results(model_dir):
     assert "non-commercial" in card and "someone/ct-laser-tiny" in card and "61.50 ± 1.50" in card
     assert "| precision | fp32 (training flags; no precision record) |" in card  # older runs: from --bf16/--fp16
 
+    assert "| batch composition |" not in card  # not recorded: no row
+
     readme = write_model_card(model_dir)
     readme.write_text("hand-written card")
     assert write_model_card(model_dir).read_text() == "hand-written card"  # kept unless overwrite
@@ -120,3 +122,26 @@ def test_every_registered_corpus_states_its_terms():
     """A card lists each training corpus with its terms (from its PROVENANCE.md): none may fall back to 'see its
     provenance'."""
     assert sorted(set(REGISTRY) - set(CORPUS_TERMS)) == []
+
+
+@pytest.mark.parametrize(
+    ("recipe", "args", "row"),
+    [
+        ({"batch_composition": "length"}, {}, "| batch composition | length |"),
+        (
+            {"batch_composition": "cluster"},
+            {"init_from": "data/multilingual-e5-small", "cluster_size": 64, "cluster_pool": 2000},
+            "| batch composition | cluster: hard negatives in the batch (2,000 rows of each stream embedded by "
+            "multilingual-e5-small, clusters of ~64 rows) |",
+        ),
+        (
+            {"batch_composition": "cluster"},
+            {"init_from": "e5", "cluster_model": "/m/labse", "cluster_size": 32},
+            "| batch composition | cluster: hard negatives in the batch (every row of each stream embedded by labse, "
+            "clusters of ~32 rows) |",
+        ),
+    ],
+)
+def test_card_states_the_batch_composition(model_dir, recipe, args, row):
+    (model_dir / "hf_tlaser_train.json").write_text(json.dumps({"args": args, "recipe": recipe}))
+    assert row in render_model_card(model_dir)

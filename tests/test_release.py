@@ -51,6 +51,7 @@ def test_release_recipe_writes_a_pushable_folder_with_its_card(release, st_dir, 
     aligned = f"files:de={lines['de']}:en={lines['en']}"
     argv = ["--output", str(out), "--data-dir", str(data_dir), "--init", str(st_dir), "--updates", "2"]
     argv += ["--corpora", "wmt-newstest-multiway", "--retrieval-sets", aligned, "--seeds", "0", "--epochs", "5"]
+    argv += ["--recipe", "hard-negatives"]
     assert release.main([*argv, "--", *tiny_train_args()]) == 0
     assert json.loads((out / "trainer_state.json").read_text())["global_step"] == 2
     results = json.loads((out / "eval" / "results.json").read_text())
@@ -60,6 +61,7 @@ def test_release_recipe_writes_a_pushable_folder_with_its_card(release, st_dir, 
         "wmt-newstest-multiway",  # the data
         "| optimizer updates | 2 |",  # the recipe
         "German, English",  # the languages
+        "| batch composition | cluster: hard negatives in the batch (64 rows of each stream embedded by",  # the levers
         "random init (reference)",  # the table's reference rows
         "tfidf-char",
         f"{st_dir.name} (reference)",  # the start
@@ -77,3 +79,24 @@ def test_release_recipe_writes_a_pushable_folder_with_its_card(release, st_dir, 
         assert push.main([str(out), "tester/release", "--endpoint", hub.url]) == 0
         files = hub.repos["tester/release"].commits[hub.repos["tester/release"].branches["main"]]
     assert {"README.md", "model.safetensors", "modules.json", "eval/results.json"} <= set(files)
+
+
+@pytest.mark.parametrize("recipe", [None, "hard-negatives", "plain"])
+def test_release_recipe_trains_with_its_levers(release, monkeypatch, tmp_path, recipe):
+    """The default recipe adds the subtitle pairs; hard-negatives adds clustered batches (a pool of 5 rows per
+    update); plain has neither; a given --corpora is taken as it is."""
+    import hf_tlaser.cli
+
+    calls = []
+    monkeypatch.setattr(hf_tlaser.cli, "main", lambda argv: calls.append(argv) or 3)
+    argv = ["--output", str(tmp_path / "r"), "--updates", "40", *(["--recipe", recipe] if recipe else [])]
+    assert release.main(argv) == 3
+    assert release.main([*argv, "--corpora", "multi30k", "--", "--max-minutes", "1"]) == 3
+    train, given = calls
+    corpora = train[train.index("--corpora") + 1].split(",")
+    assert corpora[-2:] == (["stsb-multi-mt", "wmt-newstest-more"] if recipe == "plain" else ["xed", "xed-more"])
+    assert given[given.index("--corpora") + 1] == "multi30k" and given[-2:] == ["--max-minutes", "1"]
+    if recipe == "hard-negatives":
+        assert train[train.index("--batch-composition") + 1 :][:3] == ["cluster", "--cluster-pool", "200"]
+    else:
+        assert "--batch-composition" not in train and "--cluster-pool" not in train

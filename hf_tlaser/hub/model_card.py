@@ -201,6 +201,20 @@ def _added_language(added: dict | None) -> list[str]:
     ]
 
 
+def _composition(recipe: dict, args: dict) -> str | None:
+    """The batch composition, with the hard negatives' clusters (``--batch-composition cluster``)."""
+    composition = recipe.get("batch_composition")
+    if composition != "cluster":
+        return composition
+    pool = args.get("cluster_pool")
+    rows = f"{pool:,} rows of each stream" if pool else "every row of each stream"
+    return (
+        f"cluster: hard negatives in the batch ({rows} embedded by "
+        f"{Path(args.get('cluster_model') or args.get('init_from') or 'the start').name}, clusters of ~"
+        f"{args.get('cluster_size')} rows)"
+    )
+
+
 def _training(train: dict | None, state: dict | None, added: dict | None = None) -> str:
     if not train:
         return "Training details were not recorded with this checkpoint (no `hf_tlaser_train.json`)."
@@ -220,6 +234,7 @@ def _training(train: dict | None, state: dict | None, added: dict | None = None)
         ["tokens per update", recipe.get("update_tokens")],
         ["tokens per micro-batch", recipe.get("max_tokens")],
         ["batching", recipe.get("batching")],
+        ["batch composition", _composition(recipe, args)],
         ["precision", _precision(training_precision(train))],
         ["seed", args.get("seed")],
     ]

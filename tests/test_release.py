@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from hub_server import HubServer
 from hf_tlaser.evaluation import cli as eval_cli
 from hf_tlaser.evaluation.suite import lexical_reference
 from hf_tlaser.hub import cli as push
-from tests.scripts import load_script
+from tests.scripts import ROOT, load_script
 from tests.test_warm_start import train_args
 
 
@@ -100,3 +101,18 @@ def test_release_recipe_trains_with_its_levers(release, monkeypatch, tmp_path, r
         assert train[train.index("--batch-composition") + 1 :][:3] == ["cluster", "--cluster-pool", "200"]
     else:
         assert "--batch-composition" not in train and "--cluster-pool" not in train
+
+
+def test_main_job_refuses_an_unknown_recipe_before_set_up():
+    """``DEMO_RECIPE`` is checked before set-up: one line naming it and the choices, exit code 2."""
+    done = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "demo.sh")],
+        env={"PATH": "/usr/bin:/bin", "DEMO_RECIPE": "hard"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip().splitlines() == [
+        "scripts/demo.sh: DEMO_RECIPE must be conversational, hard-negatives or plain, not 'hard'"
+    ]

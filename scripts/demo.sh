@@ -21,10 +21,10 @@ cd "$(dirname "$0")/.."
 PAPER_CORPORA=wmt-newstest-multiway,europarl-v2-it-en,multi30k,wmt-newstest-bilingual,stsb-multi-mt
 RECIPE=${DEMO_RECIPE:-conversational}
 case $RECIPE in
-    conversational) LEVERS=(--corpora "$PAPER_CORPORA,wmt-newstest-more,xed,xed-more") ;;
-    hard-negatives) LEVERS=(--corpora "$PAPER_CORPORA,wmt-newstest-more,xed,xed-more"
+    conversational) RECIPE_ARGS=(--corpora "$PAPER_CORPORA,wmt-newstest-more,xed,xed-more") ;;
+    hard-negatives) RECIPE_ARGS=(--corpora "$PAPER_CORPORA,wmt-newstest-more,xed,xed-more"
                             --batch-composition cluster --cluster-pool 2000) ;;
-    plain) LEVERS=(--corpora "$PAPER_CORPORA,wmt-newstest-more") ;;
+    plain) RECIPE_ARGS=(--corpora "$PAPER_CORPORA,wmt-newstest-more") ;;
     *) echo "scripts/demo.sh: DEMO_RECIPE must be conversational, hard-negatives or plain, not '$RECIPE'" >&2; exit 2 ;;
 esac
 bash scripts/setup.sh
@@ -52,7 +52,7 @@ if [ "$INIT" = none ]; then
 else
     UPDATES=${DEMO_UPDATES:-400}
     WHAT="cT-LASER warm-started from ${INIT##*/} ($RECIPE recipe)"
-    hf-tlaser train --model ctlaser --init-from "$INIT" "${LEVERS[@]}" \
+    hf-tlaser train --model ctlaser --init-from "$INIT" "${RECIPE_ARGS[@]}" \
         --output-dir "$OUT" --max-steps "$UPDATES" --max-minutes 90 --precision "${DEMO_PRECISION:-auto}" --seed 1 \
         --save-total-limit 1
 fi

@@ -19,8 +19,8 @@ and 80.6 minutes on a 2-core CPU with native bf16 (``scripts/release.sh`` from a
 measured; about 3.5 hours on a 2-core AVX2-only CPU (fp32), estimated from the 5.2 s per update measured there plus
 the evaluation. The levers leave the update's time as it is (docs/results.md); hard negatives add the embedding of the
 pool's pivot sentences, once (the main job's 27,415 took 201 s on two threads with native bf16; the release's pool of
-10,000 rows per stream holds several times as many). The levers were measured at 400 updates; the 2,000-update recipe
-with them has not been run yet.
+10,000 rows per stream holds at most five times as many rows as the main job's 2,000). The levers were measured at
+400 updates; the 2,000-update recipe with them has not been run yet.
 """
 
 from __future__ import annotations

@@ -8,7 +8,10 @@
   run on the same output stops in one line naming the pid that holds it; the kernel drops the lock when the process
   ends, however it ends, and a lock file left by a killed run holds no lock;
 * :func:`write_failed`: an ``OSError`` while writing (a full disk, a quota, a folder made read-only meanwhile) as one
-  line naming the path.
+  line naming the path;
+* :func:`refuse_outputs_over_inputs`: no output is, or contains, one of the command's inputs (compared as real
+  paths, symbolic links resolved, and as files: a hard link is the file it links), whatever ``--overwrite`` says:
+  ``--overwrite`` replaces what the command wrote, never what it reads.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import errno
 import fcntl
 import os
 import shutil
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from hf_tlaser.errors import UsageError
@@ -67,6 +71,55 @@ def write_failed(err: OSError, path: str | os.PathLike, argument: str) -> UsageE
     where = err.filename or path
     hint = "free some space and run again" if err.errno in (errno.ENOSPC, errno.EDQUOT) else "check the folder"
     return UsageError(f"{argument}: writing {where} failed ({err.strerror or err}); {hint}")
+
+
+PathArgument = str | os.PathLike | Iterable[str | os.PathLike] | None
+"""A command's path argument: one path, several (``nargs="+"``), or ``None`` when not given."""
+
+
+def _paths(value: PathArgument) -> list[Path]:
+    """The paths of one argument (none for ``None``)."""
+    if value is None:
+        return []
+    if isinstance(value, (str, os.PathLike)):
+        return [Path(value)]
+    return [Path(path) for path in value]
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """``a`` and ``b`` are one file: the same real path, or, both existing, the same inode (a hard link)."""
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet)
+        return False
+
+
+def refuse_outputs_over_inputs(outputs: Mapping[str, PathArgument], inputs: Mapping[str, PathArgument]) -> None:
+    """``UsageError`` (one line naming both arguments) when an output of ``outputs`` (``{"--output": path, ...}``) is
+    an input of ``inputs`` (``{"--src": path, "--src-embeddings": [path, ...], "MODEL": folder, ...}``) or a folder
+    that contains one, compared as real paths (``os.path.realpath``: symbolic links and ``..`` resolved; a path that
+    does not exist yet is compared as it would be created) and, where both exist, as files (a hard link is the file
+    it links). A value may be one path or several; ``None`` entries are skipped. Call it before anything is read or
+    written."""
+    real_inputs = [
+        (name, path, Path(os.path.realpath(path))) for name, value in inputs.items() for path in _paths(value)
+    ]
+    for out_name, value in outputs.items():
+        for out_path in _paths(value):
+            real_out = Path(os.path.realpath(out_path))
+            for in_name, in_path, real_in in real_inputs:
+                if _same_file(out_path, in_path):
+                    problem = "is"
+                elif real_out in real_in.parents:
+                    problem = "contains"
+                else:
+                    continue
+                raise UsageError(
+                    f"{out_name} {out_path}: {problem} the input {in_name} ({real_in}); an output never replaces what "
+                    "the command reads, not even with --overwrite: give another path"
+                )
 
 
 def lock_path(path: str | os.PathLike) -> Path:

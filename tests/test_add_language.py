@@ -16,10 +16,12 @@ import torch
 from transformers import AutoTokenizer
 
 from hf_tlaser.data.readers import iter_lines
-from hf_tlaser.hub.model_card import render_model_card
+from hf_tlaser.errors import UsageError
+from hf_tlaser.hub.model_card import _added_language, render_model_card
 from hf_tlaser.models.tlaser import TLaserModel
 from hf_tlaser.teachers import load_teacher
 from hf_tlaser.training import add_language
+from hf_tlaser.training.add_language import add_language_spec
 from hf_tlaser.training.cli import main as train_main
 from hf_tlaser.training.distill import DistillCollator
 from tests.fresh_process import auto_model_vectors
@@ -123,6 +125,7 @@ def test_the_replayed_pairs_are_trained_beside_the_new_ones(added, icelandic_pai
         (["--pairs=de-en"], "--pairs: add-language decides it; give --language and --replay-pairs instead"),
         (["--language", "en"], "--language en: the pivot"),
         (["--language", "no such"], "--language:"),
+        (["--language", "is,kab,is"], "--language is,kab,is: a language is named twice"),
         (["--replay", ""], "--replay-pairs de-en,fr-en: give the corpora they come from with --replay"),
         (["--replay-pairs", "de-de"], "--replay-pairs 'de-de': bad language pair"),
     ],
@@ -148,3 +151,17 @@ def test_the_help_offers_no_flag_the_recipe_decides():
     assert "--replay-pairs" in text and "--max-steps" in text
     offered = {line.split()[0] for line in text.splitlines() if line.startswith("  --")}  # not continued help
     assert "--language-pairs" in offered and not offered & {"--init-from", "--teacher", "--corpora", "--pairs"}
+
+
+def test_several_languages_join_in_one_run(added, icelandic_pairs, tmp_path):
+    start = added[0]
+    kabyle = tmp_path / "en-kab.tsv"
+    kabyle.write_text("en\tkab\nA bad word hurts.\tAwal yeqqaz.\nGood morning.\tTanemmirt.\n", encoding="utf-8")
+    argv = [str(start), "--language", "is,kab", "--output-dir", str(tmp_path / "o"), "--language-pairs"]
+    spec, record = add_language_spec([*argv, f"tsv:{icelandic_pairs},tsv:{kabyle}:en=en:kab=kab"])
+    assert spec.pairs == "is-en,kab-en,de-en,fr-en" and record["language"] == "is,kab"
+    assert spec.corpora == f"tsv:{icelandic_pairs},tsv:{kabyle}:en=en:kab=kab,multi30k"
+    with pytest.raises(UsageError, match="--language-pairs tsv:.*: no kab text"):
+        add_language_spec([*argv, f"tsv:{icelandic_pairs}"])
+    card = _added_language({**record, "replay_pairs": "de-en"})[0]
+    assert card.startswith("**Added languages: Icelandic (`is`), kab (`kab`)**")

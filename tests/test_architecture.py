@@ -42,6 +42,7 @@ LAYERS: list[tuple[str, ...]] = [
         "hf_tlaser.backend",
         "hf_tlaser.backends",
         "hf_tlaser.tokenization",
+        "hf_tlaser.e5_full",
     ),
     ("hf_tlaser.model_folders", "hf_tlaser.bitext"),
     ("hf_tlaser.encoders",),

@@ -16,7 +16,7 @@ from hf_tlaser.data.corpora import FLORES_CODES, FLORES_FILES, flores_file, flor
 from hf_tlaser.errors import MissingDataError, UsageError
 from hf_tlaser.evaluation import cli
 from hf_tlaser.evaluation.cli import expand_languages, main
-from hf_tlaser.evaluation.readers import LANGUAGE_LISTS, read_flores_devtest, set_languages
+from hf_tlaser.evaluation.readers import LANGUAGE_LISTS, read_flores_devtest, read_flores_sample, set_languages
 from hf_tlaser.evaluation.report import english_summary
 from hf_tlaser.evaluation.suite import embed_retrieval, lexical_reference, retrieval_sets_for, score_retrieval
 
@@ -163,3 +163,11 @@ def test_evaluate_cli_over_many_flores_languages(writable_tlaser_folder, monkeyp
     )
     with pytest.raises(SystemExit):
         main([*argv[:-1], "e5,de,de"])
+
+
+def test_the_flores_sample_is_every_fifth_devtest_sentence_in_every_language(data_dir):
+    languages = ["en", "he", "kab_Latn"]
+    full, sample = read_flores_devtest(data_dir, languages), read_flores_sample(data_dir, languages)
+    assert [len(sample[lang]) for lang in languages] == [200, 200, 200]
+    assert all(sample[lang] == [full[lang][i] for i in range(0, 1000, 5)] for lang in languages)
+    assert set_languages("flores-sample", ["en", "he", "la"]) == ["en", "he"]  # la: no FLORES-200 file

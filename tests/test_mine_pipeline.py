@@ -21,7 +21,7 @@ from hf_tlaser.bitext.index import database_shards
 from hf_tlaser.bitext.texts import lines_at, read_texts
 from hf_tlaser.inference import mine, pipeline
 from hf_tlaser.inference.store import StackedRows
-from hf_tlaser.inference.work import Work, shard_bounds, write_atomic
+from hf_tlaser.inference.work import Work, file_identity, shard_bounds, write_atomic
 
 pytest.importorskip("faiss")
 pytest.importorskip("submitit")
@@ -193,6 +193,11 @@ def test_a_failed_job_names_its_log_and_the_rerun_finishes(corpus, tmp_path, cap
     shard = tmp_path / "work" / "index" / "tgt.0001.faiss"
     good = shard.read_bytes()
     shard.write_bytes(good[:100])  # a damaged shard: the search tasks that read it (fwd) fail
+    record = tmp_path / "work" / "stats" / "populate.tgt.1.json"
+    saved_record = record.read_text()
+    forged = json.loads(saved_record)  # its record made to match (else the command refuses the shard before any job)
+    forged["outputs"] = {"index/tgt.0001.faiss": file_identity(shard)}
+    record.write_text(json.dumps(forged))
     capsys.readouterr()
     local = [*staged(corpus, tmp_path, launcher="local"), "--output", str(tmp_path / "p.tsv")]
     handler = signal.getsignal(signal.SIGTERM)
@@ -203,6 +208,7 @@ def test_a_failed_job_names_its_log_and_the_rerun_finishes(corpus, tmp_path, cap
     assert "2 of 3 search tasks failed" in err and not (tmp_path / "p.tsv").exists()  # 2 jobs: fwd 0, 2, bwd 1 first
     assert len(list((tmp_path / "work" / "knn").glob("bwd.*.npz"))) == 3  # the other job was waited for
     shard.write_bytes(good)
+    record.write_text(saved_record)
     assert pipeline.main(args) == 0
     assert "stage search: 3 tasks run, 3 done before" in capsys.readouterr().out  # the job went on with bwd
 
@@ -274,6 +280,7 @@ def killed(work, direction, shard):  # SIGTERM (a cancelled job's controller for
     write_atomic(work.knn_path(direction, shard), lambda path: (path.write_text("half"), os.kill(os.getpid(), 15)))
 
 stages.TASKS["search"] = killed
+stages.Work.used = lambda work, stage: {}  # the stub task reads no input
 try:
     stages.run_tasks(str(folder), "search", [("fwd", 0), ("fwd", 1)], 0)
 except KeyboardInterrupt:
@@ -368,7 +375,8 @@ def test_a_filter_slice_reads_its_lines_in_one_pass_and_refuses_a_changed_file(t
 
 def test_text_problems_found_by_the_stages_are_one_line(corpus, tmp_path, capsys):
     """The command reads no line of the texts (their digests only): a file of blank lines is refused after the
-    ``unique`` stage, before any index (exit 2); a line that is not UTF-8 fails its ``lines`` task, named (exit 1)."""
+    ``unique`` stage, before any index (exit 2); a line that is not UTF-8 fails its ``lines`` task, and the command
+    names it as ``hf-tlaser mine`` does (exit 2)."""
     lines = (corpus / "src.txt").read_text().splitlines()
     blank = tmp_path / "blank.txt"
     blank.write_text(" \n" * len(lines))
@@ -383,22 +391,22 @@ def test_text_problems_found_by_the_stages_are_one_line(corpus, tmp_path, capsys
     args = [*staged(corpus, tmp_path / "b"), "--output", str(tmp_path / "p.tsv")]
     args[args.index("--src") + 1] = str(broken)
     (tmp_path / "b").mkdir()
-    assert pipeline.main(args) == 1
+    assert pipeline.main(args) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("hf-tlaser mine-pipeline: error: stage lines: ") and "1 of 6 lines tasks failed" in err
-    assert f"{broken}:151: not valid UTF-8" in err and not (tmp_path / "p.tsv").exists()
+    assert err.startswith(f"hf-tlaser mine-pipeline: error: --src {broken}:151: not valid UTF-8") and "iconv" in err
+    assert not (tmp_path / "p.tsv").exists()
 
 
 def test_a_vector_that_is_not_finite_fails_its_populate_task_named(corpus, tmp_path, capsys):
     """The command does not scan the vectors (a side can be billions of rows); each ``populate`` task checks the rows
-    it adds, and the failure names the line."""
+    it adds, and the command names the line as ``hf-tlaser mine`` does (exit 2)."""
     vectors = np.load(corpus / "tgt.npy").astype(np.float32)
     vectors[57, 3] = np.nan
     write_embeddings(tmp_path / "nan.npy", vectors)
     args = [*staged(corpus, tmp_path), "--output", str(tmp_path / "p.tsv")]
     args[args.index("--tgt-embeddings") + 1] = str(tmp_path / "nan.npy")
-    assert pipeline.main(args) == 1
+    assert pipeline.main(args) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("hf-tlaser mine-pipeline: error: stage populate: ") and "1 of 16 populate tasks" in err
-    assert f"--tgt-embeddings: the vector of line 58 of {corpus / 'tgt.txt'} is not finite" in err
+    prefix = "hf-tlaser mine-pipeline: error: --tgt-embeddings: the vector of line 58 of "
+    assert err.startswith(f"{prefix}{corpus / 'tgt.txt'} is not finite")
     assert not (tmp_path / "p.tsv").exists()

@@ -61,6 +61,7 @@ from hf_tlaser.backend.convert import (
     sample_batch,
 )
 from hf_tlaser.backend.runtime import (
+    EXPORT_RECORD,
     EXTRAS,
     ONNX_CPU_TARGETS,
     ONNX_FILE,
@@ -78,7 +79,7 @@ from hf_tlaser.backend.runtime import (
 )
 from hf_tlaser.commands import print_summary, run_command
 from hf_tlaser.errors import UsageError
-from hf_tlaser.guards import check_space, check_writable, write_failed
+from hf_tlaser.guards import check_space, check_writable, refuse_outputs_over_inputs, write_failed
 from hf_tlaser.models.common.pooling import (
     has_sentence_transformers_files,
     pool_hidden,
@@ -211,6 +212,25 @@ def planned_files(backend: str, quantize: str | None, cpu: str) -> list[str]:
     return [{None: OPENVINO_FILE, "int8": OPENVINO_INT8_FILE, "int8-static": OPENVINO_STATIC_FILE}[quantize]]
 
 
+def written_paths(folder: Path, outputs: Sequence[str]) -> dict[str, list[Path]]:
+    """Every file an export of ``outputs`` (:func:`planned_files`) writes into ``folder``: each file (and an OpenVINO
+    file's ``.bin``), its ``.partial`` copy and the record of its weights."""
+    paths = []
+    for name in outputs:
+        files = [folder / name, *([(folder / name).with_suffix(".bin")] if name.endswith(".xml") else [])]
+        paths += [*files, *(path.with_name(path.name + ".partial") for path in files)]
+        paths.append((folder / name).parent / EXPORT_RECORD)
+    return {"export": paths}
+
+
+def read_paths(folder: Path, calibration: str | Path | None) -> dict[str, list[Path]]:
+    """The files an export reads: the folder's config and weights, and the ``--calibration`` text."""
+    return {
+        "folder": [folder / "config.json", *folder.glob("*.safetensors")],
+        "--calibration": [] if calibration is None else [Path(calibration)],
+    }
+
+
 def export_model(
     folder: str | Path,
     backend: str = "onnx",
@@ -241,6 +261,7 @@ def export_model(
         texts = read_calibration(calibration)
     cpu = cpu or (this_cpu_target() if backend == "onnx" and quantize else "avx2")
     outputs = planned_files(backend, quantize, cpu)
+    refuse_outputs_over_inputs(written_paths(folder, outputs), read_paths(folder, calibration))
     existing = [name for name in outputs if (folder / name).exists()]
     if existing and not overwrite:
         raise UsageError(f"{folder / existing[0]} exists; pass --overwrite to replace it")

@@ -206,7 +206,8 @@ def weights_digest(folder: str | os.PathLike) -> str:
 
 
 def record_export(folder: Path, name: str) -> None:
-    """Note in ``EXPORT_RECORD`` beside ``folder / name`` the weights it was exported from (``weights_digest``)."""
+    """Note in ``EXPORT_RECORD`` beside ``folder / name`` the weights it was exported from (``weights_digest``),
+    written atomically."""
     path = (folder / name).parent / EXPORT_RECORD
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
@@ -214,7 +215,12 @@ def record_export(folder: Path, name: str) -> None:
         record = {}
     record = record if isinstance(record, dict) else {}
     record[Path(name).name] = weights_digest(folder)
-    path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    partial = path.with_name(path.name + ".partial")  # renamed over it: a failed write leaves the record whole
+    try:
+        partial.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def check_export_current(folder: Path, path: Path, backend: str) -> None:

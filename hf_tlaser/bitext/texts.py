@@ -75,6 +75,12 @@ def unreadable(argument: str, path: Path, err: Exception) -> UsageError:
     return UsageError(f"{argument} {path}: unreadable ({err}); give plain or gzipped UTF-8 text")
 
 
+def not_utf8(argument: str, err: UsageError) -> UsageError:
+    """The one line for a line that is not UTF-8 (``err``: :func:`~hf_tlaser.data.readers.iter_lines`' error, which
+    names the file and the line)."""
+    return UsageError(f"{argument} {err}; convert it to UTF-8 (e.g. iconv -t UTF-8)")
+
+
 def read_texts(path: Path, argument: str) -> Texts:
     """The lines of a plain or gzipped UTF-8 file and its digest, in one pass; ``UsageError`` when missing, empty,
     not UTF-8 (naming the line), a damaged or mislabelled ``.gz``, or every line blank."""
@@ -83,7 +89,7 @@ def read_texts(path: Path, argument: str) -> Texts:
     try:
         lines = list(iter_lines(path, digest.update))
     except UsageError as err:
-        raise UsageError(f"{argument} {err}; convert it to UTF-8 (e.g. iconv -t UTF-8)") from None
+        raise not_utf8(argument, err) from None
     except (OSError, EOFError, zlib.error) as err:
         raise unreadable(argument, path, err) from None
     if not any(text.strip() for text in lines):
@@ -118,7 +124,7 @@ def text_keys(texts: Iterable[str]) -> np.ndarray:
 def line_keys(path: Path, start: int, stop: int) -> np.ndarray:
     """The keys (:func:`text_keys`) of lines ``[start, stop)`` of ``path`` (0-based, split as :func:`read_texts`
     splits them), zero for a blank line; read up to ``stop`` holding those lines. ``DataFormatError`` naming the line
-    when one is not UTF-8."""
+    when one is not UTF-8 (:func:`not_utf8` words it as :func:`read_texts` does)."""
     lines = list(itertools.islice(iter_lines(path), start, stop))
     keys = text_keys(lines)
     keys[np.fromiter((not text.strip() for text in lines), dtype=bool, count=len(lines))] = (0, 0)
@@ -127,7 +133,7 @@ def line_keys(path: Path, start: int, stop: int) -> np.ndarray:
 
 def lines_at(path: Path, numbers: Sequence[int], sha256: str) -> dict[int, str]:
     """The lines of ``path`` at ``numbers`` (0-based), read in one pass holding only those (split as
-    :func:`read_texts` splits them); ``ValueError`` when the file's SHA-256 is no longer ``sha256``."""
+    :func:`read_texts` splits them); ``UsageError`` when the file's SHA-256 is no longer ``sha256``."""
     wanted, found = sorted(set(numbers)), {}
     digest = hashlib.sha256()
     position = 0
@@ -136,7 +142,7 @@ def lines_at(path: Path, numbers: Sequence[int], sha256: str) -> dict[int, str]:
             found[number] = line
             position += 1
     if digest.hexdigest() != sha256:
-        raise ValueError(f"{path} changed since it was read (its SHA-256 is not {sha256[:12]}); mine it again")
+        raise UsageError(f"{path} changed since it was read (its SHA-256 is not {sha256[:12]}); mine it again")
     return found
 
 
@@ -150,7 +156,7 @@ def write_tsv(rows: Iterable[tuple[float, str, str]], path: Path) -> int:
     """Write ``score<TAB>source<TAB>target`` lines (score with 6 decimals) atomically: nothing is left behind when it
     fails. Texts holding a tab or a line break have them as spaces (:func:`tsv_field`); returns how many texts were
     so changed, and logs it."""
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # this process's: never a file of the user's
     changed = 0
     try:
         with tmp.open("w", encoding="utf-8", newline="\n") as out:

@@ -74,6 +74,9 @@ def clean_groups(
     """
     config = config or CleaningConfig()
     languages = language_columns(dataset.column_names, languages)
+    if not len(dataset):  # ``map`` calls ``mark`` on no batch: its columns would be missing
+        nothing = CleaningReport(0, 0, dict.fromkeys(REASONS, 0), dict.fromkeys(REASONS[:3], 0))
+        return dataset, nothing
 
     def mark(batch: dict[str, list]) -> dict[str, list]:
         n = len(batch["corpus"])

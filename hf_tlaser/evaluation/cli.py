@@ -42,6 +42,7 @@ from hf_tlaser.evaluation.suite import (
     run_suite,
 )
 from hf_tlaser.evaluation.user_sets import is_spec
+from hf_tlaser.guards import refuse_outputs_over_inputs
 from hf_tlaser.hardware import PRECISIONS, default_device, resolve_precision
 from hf_tlaser.model_folders import check_model_folder, load_encoder
 from hf_tlaser.teachers import AUTO, EVAL_PROMPTS, NO_CACHE, TeacherCache, load_teacher
@@ -139,9 +140,14 @@ def evaluate_model(
     ``reference_specs`` add rows of other models (:func:`reference_rows`, loaded before any data is read, through
     the teacher cache ``cache_dir``), with ``reference_prompt``, and a cross-model row for each of the model's width.
 
+    ``output_dir`` (default: MODEL_DIR/eval) is never the model folder or a ``--reference`` folder, nor a folder that
+    holds one (``UsageError``).
+
     ``backend`` runs the model's exported files (``hf_tlaser.backend``: onnx, onnx-int8, openvino, openvino-int8;
     auto: ``choose_backend``) instead of torch, to measure what a backend costs; the random-init row stays in torch.
     """
+    references_read = {f"--reference {spec}": spec for spec in reference_specs if Path(spec).expanduser().exists()}
+    refuse_outputs_over_inputs({"--output-dir": output_dir}, {"MODEL_DIR": model_dir, **references_read})
     config = check_model_folder(model_dir)
     exported = None if random_init else load_backend(model_dir, backend, precision)
     model_langs = model_languages(config)

@@ -17,7 +17,7 @@ from hf_tlaser.errors import UsageError
 
 from .embedding import Embed, embed_texts, split_rows
 from .mining import candidates_f1
-from .readers import LANGS, OPEN_SETS, PIVOT_SETS, RETRIEVAL_SETS, PivotPairs, set_languages
+from .readers import LANGS, OPEN_SETS, PIVOT_SETS, RETRIEVAL_SETS, SAMPLE_SETS, PivotPairs, set_languages
 from .report import english_cells, markdown_table
 from .retrieval import AlignedSearch
 from .user_sets import is_spec, read_retrieval_spec
@@ -298,10 +298,10 @@ def evaluation_languages(model_langs: Sequence[str]) -> list[str]:
 
 
 def retrieval_sets_for(langs: Sequence[str], sets: Sequence[str] | None = None) -> tuple[str, ...]:
-    """The retrieval ``sets`` (None: every registered set) that have at least two of ``langs``; a named registered
-    set with fewer is a ``UsageError`` (a user spec is checked when read)."""
+    """The retrieval ``sets`` (None: every registered set but the samples of another, ``SAMPLE_SETS``) that have at
+    least two of ``langs``; a named registered set with fewer is a ``UsageError`` (a user spec is checked when read)."""
     if sets is None:
-        return tuple(name for name in RETRIEVAL_SETS if set_languages(name, langs))
+        return tuple(name for name in RETRIEVAL_SETS if name not in SAMPLE_SETS and set_languages(name, langs))
     _check_retrieval_sets(sets)
     for name in sets:
         if is_spec(name) or set_languages(name, langs):

@@ -21,7 +21,13 @@ from hf_tlaser.evaluation.provenance import parameter_counts, trainable_paramete
 from hf_tlaser.evaluation.report import (
     markdown_table,
 )
-from hf_tlaser.model_folders import ADD_LANGUAGE_RECORD, model_name, read_json, sentence_vector_size
+from hf_tlaser.model_folders import (
+    ADD_LANGUAGE_RECORD,
+    VOCABULARY_RECORD,
+    model_name,
+    read_json,
+    sentence_vector_size,
+)
 from hf_tlaser.models.common.pooling import describe_modules
 from hf_tlaser.models.family import CardSection
 from hf_tlaser.models.registry import FAMILIES
@@ -81,6 +87,7 @@ CORPUS_TERMS = {
     "ntrex128": "NTREX-128: CC BY-SA 4.0",
     "ud-pud": "Parallel UD treebanks: CC BY-SA 3.0",
     "flores-devtest": "FLORES-200: CC BY-SA 4.0",
+    "flores-sample": "FLORES-200: CC BY-SA 4.0",
 }
 NON_COMMERCIAL = {"multi30k"}
 
@@ -127,16 +134,30 @@ def prompt_note(config: dict) -> str:
     )
 
 
-def _warm_rows(config: dict, rows: list[list[str]]) -> list[list[str]]:
+def _vocabulary(config: dict, widened: dict | None) -> str:
+    """The tokenizer row of a warm start: the backbone's pieces, and for a model trained on a trimmed copy of its
+    start and saved with the full vocabulary (its ``hf_tlaser_vocabulary.json``), what was trained and what was
+    added."""
+    if not widened:
+        return f"the backbone's tokenizer, {config['vocab_size']} pieces"
+    saved, trained = widened["saved"], widened["trained"]
+    return (
+        f"the full tokenizer of {saved['start']}, {saved['pieces']:,} pieces: trained on a copy of its start trimmed "
+        f"to {trained['pieces']:,} pieces ({trained['start']}), saved with the full vocabulary (the "
+        f"{widened['rows_from_the_full_start']:,} other pieces keep the start's rows)"
+    )
+
+
+def _warm_rows(config: dict, rows: list[list[str]], widened: dict | None = None) -> list[list[str]]:
     """``rows`` of a model trained with ``--init-from``: the pretrained backbone as the architecture, its pooling
-    (and the modules after it) and its tokenizer (with its prompt; and the decoder's restricted vocabulary) instead
-    of a joint BPE; unchanged without a backbone."""
+    (and the modules after it) and its tokenizer (with its prompt; the decoder's restricted vocabulary; the full
+    vocabulary it was saved with, ``widened``) instead of a joint BPE; unchanged without a backbone."""
     backbone = config.get("backbone")
     if not backbone:
         return rows
     source = backbone.get("_name_or_path") or "a pretrained model"
     pooling = {"cls": "final output at position 0 (<s>)", "mean": "mean of the final outputs over the tokens"}
-    vocabulary = f"the backbone's tokenizer, {config['vocab_size']} pieces"
+    vocabulary = _vocabulary(config, widened)
     if config.get("decoder_vocab_size"):
         vocabulary += f"; the decoder writes the {config['decoder_vocab_size']} pieces of its training targets"
     replaced = {
@@ -172,7 +193,7 @@ def _details(section: CardSection, config: dict, model_dir: Path, dim: int) -> s
         ["Maximum input length", f"{config.get('max_position_embeddings')} tokens (incl. STR_TAG and </s>)"],
         ["Languages", ", ".join(trained_languages(config))],
     ]
-    rows = _warm_rows(config, rows)
+    rows = _warm_rows(config, rows, read_json(model_dir / VOCABULARY_RECORD))
     counts = _checkpoint_parameters(model_dir)
     if counts:
         size = f"{counts[0] / 1e6:.1f}M in the encoder ({counts[1] / 1e6:.1f}M with the {section.head})"
@@ -192,11 +213,12 @@ def _added_language(added: dict | None) -> list[str]:
     language, the model it joined and the data it was trained on."""
     if not added:
         return []
-    lang = added["language"]
+    languages = added["language"].split(",")
+    names = ", ".join(f"{LANGUAGE_NAMES.get(lang, lang)} (`{lang}`)" for lang in languages)
     replay = f"replay of `{added['replay']}` ({added['replay_pairs']})" if added.get("replay_pairs") else "no replay"
     return [
-        f"**Added language: {LANGUAGE_NAMES.get(lang, lang)} (`{lang}`)**, joined to `{added['start']}` with "
-        f"`hf-tlaser add-language`: its pairs with English from `{added['language_pairs']}`, {replay}, and the "
+        f"**Added language{'s' if len(languages) > 1 else ''}: {names}**, joined to `{added['start']}` with "
+        f"`hf-tlaser add-language`: pairs with English from `{added['language_pairs']}`, {replay}, and the "
         "start model itself, frozen, as the teacher of every sentence's English vector.\n"
     ]
 
@@ -249,7 +271,7 @@ def _training(train: dict | None, state: dict | None, added: dict | None = None)
     return "\n".join(parts)
 
 
-def _limitations(config: dict, train: dict | None) -> str:
+def _limitations(config: dict, train: dict | None, widened: dict | None = None) -> str:
     languages = ", ".join(trained_languages(config))
     if model_languages(config) is not None:
         items = [
@@ -258,8 +280,14 @@ def _limitations(config: dict, train: dict | None) -> str:
             "NMT encoders: pass `truncation=True` for longer ones.",
         ]
     else:
+        unseen = (
+            f"other languages have whole pieces of its start's full vocabulary ({widened['saved']['start']}) and "
+            "whatever alignment the start and the shared encoder give them: see the FLORES-200 rows of the evaluation"
+            if widened
+            else "vectors of other languages are not aligned"
+        )
         items = [
-            f"Trained on {languages} only; vectors of other languages are not aligned.",
+            f"Trained on {languages} only; {unseen}.",
             f"Inputs are limited to {config.get('max_position_embeddings')} tokens: `hf_tlaser.encode` raises on "
             "longer inputs unless `truncation=True`, sentence-transformers truncates at `max_seq_length`.",
         ]
@@ -329,7 +357,7 @@ def render_model_card(
         usage=_usage(config, repo_id),
         training=_training(train, state, read_json(folder / ADD_LANGUAGE_RECORD)),
         evaluation=evaluation_section(evaluation),
-        limitations=_limitations(config, train),
+        limitations=_limitations(config, train, read_json(folder / VOCABULARY_RECORD)),
         citation=section.citation,
         version=__version__,
     )

@@ -51,13 +51,13 @@ from hf_tlaser.data.lengths import token_counts
 from hf_tlaser.encoders import VECTORS_PREFIX, Encoder, HfTlaserEncoder, load, vector_width
 from hf_tlaser.encoding import DOCUMENT_MODES, DOCUMENT_WORDS, embed_documents
 from hf_tlaser.errors import UsageError
-from hf_tlaser.guards import OutputLock, check_writable, write_failed
+from hf_tlaser.guards import OutputLock, check_writable, lock_path, refuse_outputs_over_inputs, write_failed
 from hf_tlaser.hardware import PRECISIONS, resolve_precision
 from hf_tlaser.model_folders import AUTO, EVAL_PROMPTS
 from hf_tlaser.version import __version__
 
 from .lines import Source, plan_lines, read_chunks, scan_input
-from .store import DTYPES, EmbeddingsWriter, first_non_finite
+from .store import DTYPES, EmbeddingsWriter, first_non_finite, partial_paths, sidecar_path
 
 logger = logging.getLogger(__name__)
 
@@ -239,7 +239,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def check_args(args: Job) -> tuple[Path, Path, tuple[int, int] | None]:
-    """The checks that need neither the model nor more than a glance at the files; input, output and shard."""
+    """The checks that need neither the model nor more than a glance at the files (the files the run writes, its
+    output's sidecar, unfinished files and lock included, are none of those it reads); input, output and shard."""
     for flag in ("batch_size", "max_tokens", "chunk_size"):
         if getattr(args, flag) < 1:
             raise UsageError(f"--{flag.replace('_', '-')} {getattr(args, flag)}: must be at least 1")
@@ -256,6 +257,9 @@ def check_args(args: Job) -> tuple[Path, Path, tuple[int, int] | None]:
     if output.suffix != ".npy":
         raise UsageError(f"--output {args.output}: give a path ending in .npy")
     check_writable(output, "--output")
+    written = [output, sidecar_path(output), *partial_paths(output), lock_path(output)]
+    model = Path(args.model).expanduser()
+    refuse_outputs_over_inputs({"--output": written}, {"--input": source, "--model": model if model.exists() else None})
     return source, output, shard
 
 

@@ -44,7 +44,7 @@ def plot_histogram(mined: Mined, path: Path, margin: str, k: int, threshold: flo
     ax.set_yscale("log")
     ax.set_title(histogram_title(margin, k, threshold, mined.kept, len(mined.scores)), fontsize=9)
     fig.tight_layout()
-    tmp = path.with_name(path.name + ".tmp.png")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.png")  # this process's: never a file of the user's
     try:
         fig.savefig(tmp, dpi=110)
         os.replace(tmp, path)

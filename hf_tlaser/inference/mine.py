@@ -58,11 +58,18 @@ from hf_tlaser.data.paths import get_data_dir
 from hf_tlaser.encoders import vector_width
 from hf_tlaser.encoders.vectors import save_json
 from hf_tlaser.errors import MissingDataError, UsageError
-from hf_tlaser.guards import OutputLock, check_space, check_writable, write_failed
+from hf_tlaser.guards import (
+    OutputLock,
+    check_space,
+    check_writable,
+    lock_path,
+    refuse_outputs_over_inputs,
+    write_failed,
+)
 from hf_tlaser.hardware import PRECISIONS
 from hf_tlaser.inference import embed
 from hf_tlaser.inference.histogram import plot_histogram
-from hf_tlaser.inference.store import check_compatible, first_non_finite, not_finite, read_embeddings
+from hf_tlaser.inference.store import check_compatible, first_non_finite, not_finite, read_embeddings, sidecar_path
 
 logger = logging.getLogger(__name__)
 
@@ -97,6 +104,29 @@ def check_outputs(output: Path, histogram: Path, overwrite: bool, others: tuple[
         if path.exists() and not overwrite and not path.is_dir():
             raise UsageError(f"{argument} {path}: exists; choose another path or give --overwrite")
         check_writable(path, argument)
+
+
+def output_paths(args: argparse.Namespace) -> dict[str, Path]:
+    """The files a run writes from its pairs: ``--output``, ``--histogram`` and the two :func:`side_outputs`."""
+    lines, summary = side_outputs(args.output)
+    return {
+        "--output": args.output,
+        "--histogram": args.histogram,
+        "--output (lines)": lines,
+        "--output (summary)": summary,
+    }
+
+
+def input_paths(args: argparse.Namespace) -> dict[str, list[Path]]:
+    """The files a run reads: the texts, the embeddings files and their sidecars, ``--thresholds``, and ``--model``
+    where it is a folder here."""
+    inputs = {"--src": [args.src], "--tgt": [args.tgt]}
+    for side in ("src", "tgt"):
+        paths = [Path(path) for path in getattr(args, f"{side}_embeddings") or ()]
+        inputs[f"--{side}-embeddings"] = [*paths, *map(sidecar_path, paths)]
+    inputs["--thresholds"] = [] if args.thresholds is None else [args.thresholds]
+    inputs["--model"] = [Path(args.model)] if args.model is not None and Path(args.model).exists() else []
+    return inputs
 
 
 def check_input(texts_path: Path, texts: TextDigest, meta: dict, side: str) -> None:
@@ -415,6 +445,10 @@ def main(argv: list[str] | None = None) -> int:
 
     def work() -> int:
         check_args(args)
+        outputs = {**output_paths(args), "--output (lock)": lock_path(args.output)}
+        if args.model is not None:
+            outputs["--output (embeddings)"] = embeddings_folder(args.output)
+        refuse_outputs_over_inputs(outputs, input_paths(args))
         others = tuple(zip(("--output (lines)", "--output (summary)"), side_outputs(args.output)))
         check_outputs(args.output, args.histogram, args.overwrite, others)
         filters = filters_from_args(args)

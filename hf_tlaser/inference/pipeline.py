@@ -8,8 +8,9 @@ selection, filters and writers, the database cut into the same shards (those tha
 searched in the same block of ``--batch-size`` queries; ``--shards`` cuts the queries into the search stage's tasks.
 
 The vectors come from ``hf-tlaser embed`` (for many jobs: ``--shard i/n``, one job per shard; give all the shard
-files). The work folder (``--work``) keeps every stage's files: a stage whose files exist is skipped, a killed stage
-runs again only its unfinished tasks, and ``--stage`` runs some stages only (e.g. ``lines,unique,train,populate``
+files). The work folder (``--work``) keeps every stage's files: a task whose record says it is done is skipped
+(:meth:`~hf_tlaser.inference.work.Work.verify`: its outputs' sizes and SHA-256, the embeddings' identities), a killed
+stage runs again only its unfinished tasks, and ``--stage`` runs some stages only (e.g. ``lines,unique,train,populate``
 on one allocation, ``search,margin,mine,filter,dedup,write`` on another). A work folder holds one pipeline: other
 inputs or settings are refused.
 
@@ -17,8 +18,10 @@ Before any job: the arguments and outputs are checked as ``hf-tlaser mine`` chec
 SHA-256 are read in chunks (the command holds no text: the ``lines`` and ``unique`` stages find the unique lines, the
 ``write`` stage's slices the texts of the pairs), the embeddings are checked against them, the index string is tried
 (again on the unique lines' count before ``train``), and a stage given without the earlier stages' files is refused,
-naming the first missing file. The command joins the ``write`` stage's slices into ``--output`` and its lines file,
-and writes the histogram and the summary, as ``hf-tlaser mine`` does.
+naming the first missing file, or the first that does not match its record and the stage that rewrites it. No output
+is an input (:func:`~hf_tlaser.guards.refuse_outputs_over_inputs`), and a problem of the inputs that a task finds is
+the line ``hf-tlaser mine`` gives (exit code 2). The command joins the ``write`` stage's slices into ``--output``
+and its lines file, and writes the histogram and the summary, as ``hf-tlaser mine`` does.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import re
 import shutil
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -40,7 +43,7 @@ from hf_tlaser.bitext.texts import TextDigest, digest_texts
 from hf_tlaser.commands import run_command
 from hf_tlaser.encoders.vectors import save_json
 from hf_tlaser.errors import UsageError
-from hf_tlaser.guards import OutputLock, check_writable, lock_path, write_failed
+from hf_tlaser.guards import OutputLock, check_writable, lock_path, refuse_outputs_over_inputs, write_failed
 from hf_tlaser.hardware import available_cpus
 from hf_tlaser.inference import mine
 from hf_tlaser.inference.histogram import plot_histogram
@@ -64,6 +67,9 @@ class JobFailed(RuntimeError):
 
 
 MINING_EXTRA = "pip install 'hf_tlaser[mining]'"
+USAGE_ERROR = f"{UsageError.__module__}.{UsageError.__qualname__}: "
+"""How a job's traceback ends when its task found a problem in the inputs (:func:`~hf_tlaser.inference.stages.run_tasks`
+raises ``UsageError``)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -128,39 +134,54 @@ def check_args(args: argparse.Namespace) -> list[str]:
 
 def pipeline_config(args: argparse.Namespace, texts: tuple[TextDigest, TextDigest], threshold: float) -> dict:
     """``pipeline.json``: the inputs (texts' digests, embeddings files and fingerprint) and the settings."""
-    meta = {}
+    meta, sidecars = {}, []
     for side, text, paths in zip(SIDES, texts, (args.src_embeddings, args.tgt_embeddings)):
-        array, meta[side] = mine.load_side(getattr(args, side), text, paths, side, check_finite=False)
+        array, sidecar = mine.load_side(getattr(args, side), text, paths, side, check_finite=False)
+        sidecars.append(sidecar)
         meta[side] = {
             "texts": str(Path(getattr(args, side)).resolve()),
             "sha256": text.sha256,
             "lines": text.lines,
             "embeddings": [str(Path(path).resolve()) for path in paths],
-            "fingerprint": meta[side].get("fingerprint"),
+            "fingerprint": sidecar.get("fingerprint"),
             "dim": int(array.shape[1]),
         }
-    check_compatible(meta["src"], meta["tgt"], "--src-embeddings/--tgt-embeddings")
+    check_compatible(*sidecars, "--src-embeddings/--tgt-embeddings")
     search = vars(mine.search_plan(args))
     scoring = dict(k=args.neighbours, margin=args.margin, retrieval=args.retrieval, threshold=threshold)
     settings = {"dim": meta["src"]["dim"], "search": search, **scoring, "shards": args.shards}
     return {"format": FORMAT, **meta, **settings}
 
 
-def prepare(work: Work) -> Work:
-    """The work folder with its ``pipeline.json`` written, or, when it holds one, checked to be this pipeline's
-    (``UsageError`` naming what differs)."""
+def check_config(work: Work) -> None:
+    """``UsageError`` when the work folder holds the ``pipeline.json`` of another pipeline (naming what differs) or
+    an unreadable one."""
     path = work.folder / CONFIG
-    if path.is_file():
+    if not path.is_file():
+        return
+    try:
         saved = json.loads(path.read_text(encoding="utf-8"))
-        differ = sorted(key for key in set(saved) | set(work.config) if saved.get(key) != work.config.get(key))
-        if differ:
-            raise UsageError(
-                f"--work {work.folder}: holds the stages of another pipeline (it differs in {', '.join(differ)}); "
-                "give another --work, or remove it to start again"
-            )
-        return work
-    work.folder.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(work.config, indent=2) + "\n", encoding="utf-8")
+    except (OSError, ValueError) as err:
+        raise UsageError(
+            f"--work {work.folder}: its {CONFIG} is unreadable ({err}); remove the folder to start again, or give "
+            "another --work"
+        ) from None
+    if not isinstance(saved, dict):
+        saved = {}
+    differ = sorted(key for key in set(saved) | set(work.config) if saved.get(key) != work.config.get(key))
+    if differ:
+        raise UsageError(
+            f"--work {work.folder}: holds the stages of another pipeline (it differs in {', '.join(differ)}); "
+            "give another --work, or remove it to start again"
+        )
+
+
+def prepare(work: Work) -> Work:
+    """The work folder with its ``pipeline.json`` written (:func:`check_config` has checked one that is there)."""
+    path = work.folder / CONFIG
+    if not path.is_file():
+        work.folder.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(work.config, indent=2) + "\n", encoding="utf-8")
     return work
 
 
@@ -225,12 +246,31 @@ def cancel(job: Job, launcher: str) -> None:
         job.cancel(check=False)
 
 
-def check_inputs(work: Work, stage: str) -> None:
-    """``UsageError`` naming the first file of an earlier stage that ``stage`` needs and that is not there."""
-    missing = [path for path in work.inputs(stage) if not path.exists()]
+def check_inputs(work: Work, stage: str, earlier: Sequence[str]) -> None:
+    """Before ``stage`` runs, the tasks of the ``earlier`` stages, which this command does not run, must be done
+    (:meth:`~hf_tlaser.inference.work.Work.verify`). ``UsageError`` naming the first file ``stage`` needs that is not
+    there (or, when all are, the first of the earlier stages' files), or the first file that does not match its
+    task's record and which stage rewrites it."""
+    missing = []
+    for before in earlier:
+        used = work.used(before)
+        for task in work.tasks(before):
+            problem = work.verify(before, task, used)
+            if problem is None:
+                continue
+            absent = [path for path in work.outputs(before, task) if not path.exists()]
+            if not absent:
+                raise UsageError(
+                    f"--stage {stage}: needs the files of the stage {before}, and {problem}; run --stage {before} "
+                    "again (it runs that task again), or --stage all"
+                )
+            missing.extend(absent)
+        if missing and before == "unique":  # the later stages' tasks follow from its files
+            break
     if missing:
+        needed = [path for path in work.inputs(stage) if not path.exists()] or missing
         raise UsageError(
-            f"--stage {stage}: needs {missing[0]} ({len(missing)} files of the stage before are missing); run the "
+            f"--stage {stage}: needs {needed[0]} ({len(needed)} files of the stages before are missing); run the "
             "earlier stages first (--stage all runs every stage)"
         )
 
@@ -238,7 +278,8 @@ def check_inputs(work: Work, stage: str) -> None:
 def run_stage(args: argparse.Namespace, work: Work, stage: str) -> int:
     """Run the unfinished tasks of ``stage`` as jobs and wait for them; how many ran. Locally the tasks are dealt
     to ``--workers`` jobs (processes); on Slurm each task is one array task, ``--workers`` at a time."""
-    pending = [task for task in work.tasks(stage) if not work.output(stage, task).exists()]
+    used = work.used(stage)
+    pending = [task for task in work.tasks(stage) if work.verify(stage, task, used) is not None]
     if not pending:
         logger.info("stage %s: its %d tasks are done", stage, len(work.tasks(stage)))
         return 0
@@ -259,10 +300,10 @@ def run_stage(args: argparse.Namespace, work: Work, stage: str) -> int:
     failed = []
     with sigterm_interrupts():  # a kill (SIGTERM) as Ctrl-C: the jobs are cancelled
         where = f"Slurm job array {jobs[0].job_id.split('_')[0]}" if args.launcher == "slurm" else "local processes"
-        logger.info(
-            "stage %s: %d tasks as %d jobs (%s, %d at a time)", stage, len(pending), len(jobs), where, args.workers
-        )
-        try:
+        try:  # a kill while the line is logged cancels the jobs too
+            logger.info(
+                "stage %s: %d tasks as %d jobs (%s, %d at a time)", stage, len(pending), len(jobs), where, args.workers
+            )
             for job in jobs:  # every job waited for: the others' tasks finish when one fails
                 try:
                     job.result()
@@ -274,6 +315,9 @@ def run_stage(args: argparse.Namespace, work: Work, stage: str) -> int:
                 cancel(job, args.launcher)
             logger.warning("stage %s: interrupted; %d unfinished jobs cancelled", stage, len(unfinished))
             raise
+    usage = [line for _, err in failed if (line := error_line(str(err)) or "").startswith(USAGE_ERROR)]
+    if usage:  # an input problem (run_tasks raised it): the line hf-tlaser mine gives
+        raise UsageError(usage[0].removeprefix(USAGE_ERROR))
     if failed:
         (job, err), count = failed[0], f"{len(failed)} of {len(jobs)} jobs failed"
         last = error_line(str(err)) or type(err).__name__
@@ -295,7 +339,7 @@ def check_unique(args: argparse.Namespace, work: Work) -> None:
 
 def join(parts: list[Path], path: Path) -> None:
     """The files ``parts`` one after the other into ``path``, atomically (a chunk at a time)."""
-    temporary = path.with_name(path.name + ".tmp")
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # this process's: never a file of the user's
     try:
         with temporary.open("wb") as out:
             for part in parts:
@@ -333,6 +377,10 @@ def main(argv: list[str] | None = None) -> int:
 
     def work() -> int:
         stages = check_args(args)
+        outputs = {"--work": args.work, "--work (lock)": lock_path(args.work)}
+        refuse_outputs_over_inputs(
+            {**outputs, **(mine.output_paths(args) if "write" in stages else {})}, mine.input_paths(args)
+        )
         if "write" in stages:
             others = tuple(zip(("--output (lines)", "--output (summary)"), mine.side_outputs(args.output)))
             mine.check_outputs(args.output, args.histogram, args.overwrite, others)
@@ -347,11 +395,15 @@ def main(argv: list[str] | None = None) -> int:
             mine.check_indexes(mine.search_plan(args), (texts[0].lines, texts[1].lines), config["dim"])
             settings = filters[0].settings() if filters[0].active() else None
             folder = Work(args.work, config, filters=settings)
-            check_inputs(folder, stages[0])  # the later stages' come from the earlier ones
+            check_config(folder)
+            start = STAGES.index(stages[0])
+            check_inputs(folder, stages[0], STAGES[:start])  # the later stages' come from the earlier ones
             prepare(folder).write_filters()
             try:
                 checked = False
                 for stage in stages:
+                    check_inputs(folder, stage, STAGES[start : STAGES.index(stage)])  # those --stage leaves out
+                    start = STAGES.index(stage) + 1
                     if not checked and STAGES.index(stage) > STAGES.index("unique"):
                         check_unique(args, folder)  # once, before the first stage that reads the unique lines
                         checked = True

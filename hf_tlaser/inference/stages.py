@@ -1,7 +1,9 @@
 """Mining as stages on disk, in the manner of stopes' global mining: each stage is tasks that read files and write
 files, so that a scheduler can run any of them as many jobs (``hf_tlaser.inference.pipeline`` launches them). A task
-whose output exists does nothing; every output is written to a temporary name and renamed, so a killed task leaves
-none, and running the stage again runs only its unfinished tasks.
+that is done does nothing: its record, written after its outputs, names them by size and SHA-256 and what the task
+used (:meth:`~hf_tlaser.inference.work.Work.verify`), so that a cut or damaged output, or embeddings replaced in
+place, make it run again. Every output is written to a temporary name and renamed, so a killed task leaves none, and
+running the stage again runs only its unfinished tasks.
 
 The stages, over the unique lines of both sides (identical lines mined once, as ``hf-tlaser mine``); no stage holds a
 whole text file:
@@ -47,7 +49,9 @@ The work folder::
     filter/{key}/dedup.npz           which pairs are kept after near-duplicate removal, and how many it removed
     write/{key}/settings.json        every filter of one setting, ``null`` for none
     write/{key}/{slice}.tsv          the TSV of one slice's pairs (and ``.lines.tsv``, and ``.json``: its counts)
-    stats/{stage}.{task}.json        each finished task's seconds, peak RSS and host
+    stats/{stage}.{task}.json        each finished task's record: its outputs' sizes and SHA-256, what it used
+                                     (``pipeline.json``'s digest, the embeddings' identities), its seconds, peak
+                                     RSS and host
 """
 
 from __future__ import annotations
@@ -84,7 +88,8 @@ from hf_tlaser.bitext.select import (
     merged_one_to_one,
     mutual,
 )
-from hf_tlaser.bitext.texts import line_keys, lines_at, write_lines, write_tsv
+from hf_tlaser.bitext.texts import line_keys, lines_at, not_utf8, write_lines, write_tsv
+from hf_tlaser.errors import UsageError
 from hf_tlaser.inference.store import first_non_finite, not_finite
 from hf_tlaser.inference.work import (
     DIRECTIONS,
@@ -104,7 +109,10 @@ logger = logging.getLogger(__name__)
 def keys(work: Work, side: str, part: int) -> None:
     """``lines``: the keys of one slice of ``side``'s lines."""
     start, stop = work.line_bounds(side)[part]
-    found = line_keys(Path(work.config[side]["texts"]), start, stop)
+    try:
+        found = line_keys(Path(work.config[side]["texts"]), start, stop)
+    except UsageError as err:  # a line that is not UTF-8: the line hf-tlaser mine gives
+        raise not_utf8(f"--{side}", err) from None
     write_atomic(work.keys_path(side, part), lambda path: np.save(path, found))
 
 
@@ -129,7 +137,7 @@ def populate(work: Work, side: str, shard: int) -> None:
     for offset, block in database.blocks(work.plan.batch_size, start, stop):
         bad = first_non_finite(block)  # the command does not read the vectors: each row is checked here
         if bad is not None:
-            raise ValueError(not_finite(side, int(database.rows[offset + bad]), work.config[side]["texts"]))
+            raise UsageError(not_finite(side, int(database.rows[offset + bad]), work.config[side]["texts"]))
         index.add(block)
     write_atomic(work.shard_path(side, shard), lambda path: faiss.write_index(index, str(path)))
 
@@ -291,38 +299,47 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (1 << 20 if sys.platform == "darwin" else 1024)
 
 
-def record_task(work: Work, stage: str, task: tuple, seconds: float) -> None:
-    """``stats/STAGE.TASK.json``: a finished task's wall time, its process's peak RSS so far (a job runs its tasks one
-    after the other) and the host (what the per-stage table and a cluster estimate read)."""
+def record_task(work: Work, stage: str, task: tuple, used: dict, seconds: float) -> None:
+    """``stats/STAGE.TASK.json``: a finished task's record (:meth:`~hf_tlaser.inference.work.Work.record`: its outputs'
+    sizes and SHA-256, what it ``used``), its wall time, its process's peak RSS so far (a job runs its tasks one after
+    the other) and the host (what the per-stage table and a cluster estimate read)."""
     peak = peak_rss_mib()
-    name = ".".join([stage, *map(str, task)])
-    record = {"stage": stage, "task": list(task), "seconds": round(seconds, 3), "peak_rss_mib": round(peak, 1)}
-    record["host"] = socket.gethostname()
-    write_atomic(work.folder / "stats" / f"{name}.json", lambda path: path.write_text(json.dumps(record) + "\n"))
+    stats = {"seconds": round(seconds, 3), "peak_rss_mib": round(peak, 1), "host": socket.gethostname()}
+    work.record(stage, task, used, **stats)
     logger.info("%s %s done in %.1f s (peak RSS %.0f MiB)", stage, task, seconds, peak)
 
 
 def run_tasks(folder: str, stage: str, tasks: list[tuple], threads: int) -> int:
     """Run ``tasks`` of ``stage`` one after the other in this process with ``threads`` faiss threads (what one job of
-    the launcher does), skipping those whose output exists; returns how many ran. A failing task is logged and the
-    others still run; then ``RuntimeError`` names the failed tasks and the first error. SIGTERM stops the job
-    (``KeyboardInterrupt``), the task it was running leaving no output."""
+    the launcher does), skipping those that are done (:meth:`~hf_tlaser.inference.work.Work.verify`); returns how
+    many ran. A failing task is logged and the others still run; then ``UsageError`` with the first input problem's
+    line (a line that is not UTF-8, a vector that is not finite: what ``hf-tlaser mine`` says), else
+    ``RuntimeError`` naming the failed tasks and the first error. SIGTERM stops the job (``KeyboardInterrupt``), the
+    task it was running leaving no output."""
     if threads:
         require_faiss().omp_set_num_threads(threads)
     work, ran, failed = Work.open(Path(folder)), 0, []
+    used = work.used(stage)
     with sigterm_interrupts():  # a cancelled local job's controller forwards SIGTERM: the task stops, no output
         for task in tasks:
-            if work.output(stage, task).exists():
+            if work.verify(stage, task, used) is None:
                 continue
             started = time.perf_counter()
             try:
                 TASKS[stage](work, *task)
+            except UsageError as err:  # a problem of the inputs: its line, which the command gives, no traceback
+                logger.error("%s %s failed: %s", stage, task, err)
+                failed.append((task, err))
+                continue
             except Exception as err:  # noqa: BLE001 - any failure of one task: the job goes on with the others
                 logger.exception("%s %s failed", stage, task)
                 failed.append((task, err))
                 continue
-            record_task(work, stage, task, time.perf_counter() - started)
+            record_task(work, stage, task, used, time.perf_counter() - started)
             ran += 1
+    usage = [err for _, err in failed if isinstance(err, UsageError)]
+    if usage:
+        raise UsageError(str(usage[0]))
     if failed:
         task, err = failed[0]
         raise RuntimeError(f"{len(failed)} of {len(tasks)} {stage} tasks failed; the first, {task}: {err}")

@@ -121,9 +121,11 @@ def _open_one(path: Path, argument: str | None) -> tuple[np.ndarray, dict]:
 
 
 def describe(meta: dict) -> str:
-    """One line naming an embeddings file by its path, model, fingerprint and width."""
+    """One line naming an embeddings file (or the shard files of one, :func:`read_embeddings`) by its path, model,
+    fingerprint and width."""
     fingerprint = str(meta.get("fingerprint"))[:12]
-    return f"{meta.get('path', '?')} ({meta.get('model')}, fingerprint {fingerprint}, {meta.get('dim')} dimensions)"
+    where = meta.get("path") or " + ".join(meta.get("paths") or ["?"])
+    return f"{where} ({meta.get('model')}, fingerprint {fingerprint}, {meta.get('dim')} dimensions)"
 
 
 def check_compatible(a_meta: dict, b_meta: dict, what: str) -> None:

@@ -1,6 +1,12 @@
 """The work folder of a staged mining pipeline (:mod:`hf_tlaser.inference.stages`): what each stage's tasks are,
-which file each writes (it exists: the task is done) and which files a stage needs from the earlier ones; the
-``pipeline.json`` it was made for and the filters' settings."""
+which files each writes, whether a task is done (its record says so: :meth:`Work.verify`) and which files a stage
+needs from the earlier ones; the ``pipeline.json`` it was made for and the filters' settings.
+
+A task's record (``stats/{stage}.{task}.json``, written after its outputs, atomically) holds each output's size and
+SHA-256 and what the task used (:meth:`Work.used`: the digest of ``pipeline.json``, i.e. the texts' SHA-256 and
+every setting, and from the ``train`` stage on the embeddings files' identities). A task is done when its record
+is there, names the same use, and every output has the recorded size and SHA-256: a cut, damaged or foreign file,
+or embeddings replaced in place, make the task run again."""
 
 from __future__ import annotations
 
@@ -20,7 +26,7 @@ import numpy as np
 from hf_tlaser.bitext.filters import FILTERS
 from hf_tlaser.bitext.index import Rows, SearchPlan, database_shards, make_index, shard_rows
 from hf_tlaser.bitext.mining import Mined
-from hf_tlaser.inference.store import read_embeddings
+from hf_tlaser.inference.store import read_embeddings, read_sidecar
 
 SIDES = ("src", "tgt")
 DIRECTIONS = {"fwd": ("src", "tgt"), "bwd": ("tgt", "src")}
@@ -61,6 +67,24 @@ def sigterm_interrupts() -> Iterator[None]:
         if signal.SIGTERM in mask:
             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
         signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
+def file_identity(path: Path) -> dict:
+    """A file's size and SHA-256 (read in chunks)."""
+    with path.open("rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        return {"size": size, "sha256": hashlib.file_digest(handle, "sha256").hexdigest()}
+
+
+def vectors_identity(paths: list[str]) -> list[dict]:
+    """What identifies embeddings files' contents without reading them: each file's size, modification time and
+    stored dtype (its sidecar's), so that a file embedded again in place (the same model, another dtype or
+    precision) is another input."""
+    identities = []
+    for path in paths:
+        stat = os.stat(path)
+        identities.append({"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "dtype": read_sidecar(path)["dtype"]})
+    return identities
 
 
 def shard_bounds(rows: int, shards: int, block: int = 1) -> list[tuple[int, int]]:
@@ -213,7 +237,7 @@ class Work:
         return [()]
 
     def output(self, stage: str, task: tuple) -> Path:
-        """The file a task of ``stage`` writes (it exists: the task is done)."""
+        """The file a task of ``stage`` writes last (the ``write`` stage's counts)."""
         if stage == "mine":
             return self.mined_path
         if stage == "write":
@@ -229,6 +253,60 @@ class Work:
             "dedup": self.dedup_path,
         }
         return paths[stage](*task)
+
+    def outputs(self, stage: str, task: tuple) -> list[Path]:
+        """Every file a task of ``stage`` writes."""
+        if stage == "write":
+            return [self.write_path(*task), self.write_path(*task, ".lines.tsv"), self.output(stage, task)]
+        return [self.output(stage, task)]
+
+    def record_path(self, stage: str, task: tuple) -> Path:
+        """``stats/STAGE.TASK.json``: a finished task's record."""
+        return self.folder / "stats" / f"{'.'.join([stage, *map(str, task)])}.json"
+
+    def used(self, stage: str) -> dict:
+        """What the tasks of ``stage`` depend on besides their input files in the work folder (which the same inputs
+        and settings make the same): ``pipeline.json``'s digest and, from ``train`` on, the embeddings' identities
+        (:func:`vectors_identity`)."""
+        used: dict = {"pipeline": hashlib.sha256(json.dumps(self.config, sort_keys=True).encode()).hexdigest()}
+        if STAGES.index(stage) >= STAGES.index("train"):
+            used["embeddings"] = {side: vectors_identity(self.config[side]["embeddings"]) for side in SIDES}
+        return used
+
+    def record(self, stage: str, task: tuple, used: dict, **stats: object) -> None:
+        """Write the record of a task whose outputs are written: their sizes and SHA-256, ``used``
+        (:meth:`used`, taken before the task ran) and ``stats``."""
+        outputs = {str(path.relative_to(self.folder)): file_identity(path) for path in self.outputs(stage, task)}
+        record = {"stage": stage, "task": list(task), "used": used, "outputs": outputs, **stats}
+        text = json.dumps(record) + "\n"
+        write_atomic(self.record_path(stage, task), lambda path: path.write_text(text, encoding="utf-8"))
+
+    def verify(self, stage: str, task: tuple, used: dict) -> str | None:
+        """Why a task of ``stage`` is not done (``None``: it is): no record or an unreadable one, a record of other
+        inputs or settings than ``used``, or an output missing or unlike its record (cut, damaged, written by
+        another run)."""
+        path = self.record_path(stage, task)
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return "it has no record"
+        except (OSError, ValueError) as err:
+            return f"its record {path} is unreadable ({err})"
+        if not isinstance(record, dict) or not isinstance(record.get("outputs"), dict):
+            return f"its record {path} is not a task's record"
+        if record.get("used") != used:
+            return f"its record {path} is of other inputs or settings"
+        for output in self.outputs(stage, task):
+            expected = record["outputs"].get(str(output.relative_to(self.folder)))
+            if not output.is_file():
+                return f"{output} is missing"
+            if (
+                not isinstance(expected, dict)
+                or output.stat().st_size != expected.get("size")
+                or file_identity(output) != expected
+            ):
+                return f"{output} does not match its record {path} (cut, damaged or written by another run)"
+        return None
 
     def inputs(self, stage: str) -> list[Path]:
         """The files ``stage`` reads that earlier stages write: those of the last earlier stage with tasks (after

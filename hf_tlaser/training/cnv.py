@@ -171,7 +171,7 @@ def check_cnv_output_dir(spec: RunSpec) -> tuple[Path | None, dict | None]:
     saved = read_record(out) if out.is_dir() else None
     if saved is not None and saved.get("args", {}).get("model") != "cnv":
         saved = None
-    if spec.resume == "auto" and not spec.overwrite and saved and get_last_checkpoint(str(out)) is None:
+    if spec.resume in ("auto", "force") and not spec.overwrite and saved and get_last_checkpoint(str(out)) is None:
         logger.info("--resume auto: no stage-2 checkpoint in %s; continuing the cNV run from its NMT pair", out)
         checkpoint = None
     else:

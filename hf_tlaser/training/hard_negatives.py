@@ -80,6 +80,18 @@ def cluster_rows(vectors: np.ndarray, size: int, seed: int) -> np.ndarray:
     return kmeans.index.search(unit, 1)[1][:, 0].astype(np.int64)
 
 
+def check_cluster_size(streams: dict[Pair, np.ndarray], size: int) -> None:
+    """UsageError (one line) when a stream has fewer than two clusters' rows: ``cluster_rows`` would make it one
+    cluster, batches drawn from the whole stream as without ``--batch-composition cluster``."""
+    for (a, b), rows in streams.items():
+        if len(rows) < 2 * size:
+            raise UsageError(
+                f"--cluster-size {size}: the {a}-{b} stream has {len(rows)} rows to cluster, fewer than two clusters "
+                f"of {size} (one cluster: no hard negatives); give --cluster-size {max(len(rows) // 2, 2)} or less, or "
+                "more data"
+            )
+
+
 def in_batch_cosine(batches: list[np.ndarray]) -> float:
     """Mean cosine between the pivot vectors of two different rows of one micro-batch, over ``batches`` (each the
     [n, d] vectors of a micro-batch's rows): how near a pair's in-batch negatives are."""
@@ -127,6 +139,7 @@ class HardNegatives(Plugin):
         start = time.perf_counter()
         every = sampler.stream_rows()
         streams = {pair: pool_rows(rows, self.spec.cluster_pool, self.spec.seed) for pair, rows in every.items()}
+        check_cluster_size(streams, self.spec.cluster_size)
         left_out = sum(len(every[pair]) - len(rows) for pair, rows in streams.items())
         if left_out:
             logger.info(

@@ -46,6 +46,7 @@ from hf_tlaser.tokenization import (
     write_token_report,
 )
 from hf_tlaser.training.distill import Distillation
+from hf_tlaser.training.full_vocabulary import save_full_vocabulary
 from hf_tlaser.training.hard_negatives import HardNegatives
 from hf_tlaser.training.presets import Preset, Recipe
 from hf_tlaser.training.resolve import Built, DataPlan, Plugin, RunPlan
@@ -401,7 +402,7 @@ def train(plan: RunPlan) -> LaserTrainer:
         run.write_record()
     callbacks = [StreamStateCallback(dataset)] if spec.streaming else []
     options = {key: value for plugin in plan.plugins for key, value in plugin.fit_options.items()}
-    return run.fit(
+    trainer = run.fit(
         model,
         dataset,
         collator,
@@ -412,3 +413,7 @@ def train(plan: RunPlan) -> LaserTrainer:
         encoder_lr=plan.encoder_lr,
         **options,
     )
+    warm = [plugin for plugin in plan.plugins if isinstance(plugin, WarmStart)]
+    if warm and run.main_process:  # a start trimmed to some pieces: the model is saved with the full vocabulary
+        save_full_vocabulary(run.out, warm[0].backbone)
+    return trainer

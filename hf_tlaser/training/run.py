@@ -26,6 +26,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+from accelerate.utils import parse_flag_from_env
+from accelerate.utils.constants import FSDP_MODEL_NAME
 from safetensors import SafetensorError, safe_open
 from torch.utils.data import Dataset, Sampler
 from transformers import (
@@ -39,12 +41,15 @@ from transformers import (
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
 from hf_tlaser.data import PairBatchSampler
+from hf_tlaser.encoders.identity import folder_fingerprint
 from hf_tlaser.errors import UsageError
+from hf_tlaser.guards import refuse_outputs_over_inputs
 from hf_tlaser.hardware import PrecisionChoice, configure_threads, resolve_precision
-from hf_tlaser.model_folders import ADD_LANGUAGE_RECORD
+from hf_tlaser.model_folders import ADD_LANGUAGE_RECORD, model_folder
 from hf_tlaser.tokenization import TOKEN_REPORT, save_tokenizer
 from hf_tlaser.training.presets import Preset, Recipe
-from hf_tlaser.training.spec import RunSpec
+from hf_tlaser.training.resolve import decide, plan_data
+from hf_tlaser.training.spec import INIT_HINT, RunSpec
 from hf_tlaser.training.trainer import (
     FreezeEncoderCallback,
     LaserTrainer,
@@ -74,6 +79,35 @@ RUN_FILES = (
 )
 """Files a run writes into its output dir besides ``checkpoint-*`` folders and those listed under ``outputs`` in its
 record (what ``--overwrite`` may remove)."""
+START = "start"
+"""The record's entry of the ``--init-from`` start as the run resolved it (``start_record``): what ``hf-tlaser merge``
+merges toward by default, and what a resumed run must start from."""
+FORCE = "force"
+"""``--resume force``: continue the last checkpoint (as ``auto``) even where the plan differs from the run's."""
+INPUT_FLAGS = ("init_from", "teacher", "cluster_model", "tokenizer", "nmt_pair")
+"""The flags whose model folders a run reads: its output dir is never one of them, nor holds one."""
+PLAN_FLAGS = (
+    "corpora",
+    "streaming",
+    "shuffle_buffer",
+    "seed",
+    "teacher",
+    "distill_weight",
+    "cluster_model",
+    "cluster_size",
+    "cluster_pool",
+    "init_layers",
+    "freeze_word_embeddings",
+    "freeze_layers",
+    "pooling",
+    "decoder_vocab",
+    "freeze_encoder_steps",
+    "encoder_lr",
+)
+"""The flags besides the family, preset, recipe, curriculum pairs, start and ``--set`` (the checkpoint's config) that
+change what a run computes: a resumed run must ask for the values it was trained with (``check_resume``). Not
+compared: the steps and time it trains for, logging, saving, precision and device, and where the corpora and caches
+are."""
 
 
 def read_record(out: Path) -> dict | None:
@@ -109,25 +143,47 @@ def _names(paths: list[Path], limit: int = 8) -> str:
     return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
+def start_record(spec: str) -> dict:
+    """``--init-from SPEC`` as this run resolves it: the SPEC, the folder or Hub commit it names (``model_folder``'s
+    identity: an absolute path, or ``hub:ID@COMMIT``) and the fingerprint of its files (``folder_fingerprint``: by
+    content, so that a copy elsewhere has the same one)."""
+    folder, identity = model_folder(spec, f"--init-from {spec!r}", hint=INIT_HINT)
+    return {"init_from": spec, "identity": identity, "fingerprint": folder_fingerprint(folder)}
+
+
+def input_folders(spec: RunSpec) -> dict[str, Path]:
+    """The local folders among the run's model inputs (``INPUT_FLAGS``; a Hub id is none; ``--nmt-pair`` names two),
+    by flag."""
+    inputs = {}
+    for name in INPUT_FLAGS:
+        flag, values = f"--{name.replace('_', '-')}", str(getattr(spec, name) or "")
+        for value in values.split(",") if name == "nmt_pair" else [values]:
+            if value and Path(value).expanduser().exists():
+                inputs[flag if name != "nmt_pair" else f"{flag} {value}"] = Path(value).expanduser()
+    return inputs
+
+
 def check_output_dir(spec: RunSpec) -> Path | None:
-    """Refuse an output dir that holds a run (or other files) unless ``--resume``/``--overwrite``; return the
-    checkpoint to resume from, if any."""
+    """Refuse an output dir that holds a run (or other files) unless ``--resume``/``--overwrite``, and one that is,
+    or holds, a model the run reads (``input_folders``), whatever the flags; return the checkpoint to resume from,
+    if any."""
     out = spec.out
     if out.exists() and not out.is_dir():
         raise UsageError(f"--output-dir {out} is a file; give a folder")
     if spec.resume and spec.overwrite:
         raise UsageError("--resume continues the run in --output-dir and --overwrite replaces it: give one of them")
+    refuse_outputs_over_inputs({"--output-dir": out}, input_folders(spec))
     own, other = split_output_dir(out)
-    if spec.resume == "auto":
+    if spec.resume in ("auto", FORCE):
         last = get_last_checkpoint(str(out)) if out.is_dir() else None
         if last is not None:
             return Path(last)
         if own or other:
             raise UsageError(
-                f"--resume auto: {out} holds no {PREFIX_CHECKPOINT_DIR}-* folder to resume from "
+                f"--resume {spec.resume}: {out} holds no {PREFIX_CHECKPOINT_DIR}-* folder to resume from "
                 f"({_names(own + other)}); pass --overwrite to start a new run there, or another --output-dir"
             )
-        logger.info("--resume auto: no checkpoint in %s yet, starting a new run", out)
+        logger.info("--resume %s: no checkpoint in %s yet, starting a new run", spec.resume, out)
         return None
     if spec.resume:
         checkpoint = Path(spec.resume)
@@ -168,36 +224,95 @@ def check_checkpoint(checkpoint: Path) -> int:
         step = int(json.loads(state_file.read_text(encoding="utf-8"))["global_step"])
     except (ValueError, KeyError) as err:
         raise UsageError(f"{state_file} is truncated or corrupt ({err}); {hint}") from None
+    saved_fsdp = any(checkpoint.glob(f"{FSDP_MODEL_NAME}*"))  # the Trainer reads only its launch mode's files
+    if saved_fsdp != parse_flag_from_env("ACCELERATE_USE_FSDP"):
+        saved, now = ("under FSDP", "without it") if saved_fsdp else ("without FSDP", "under FSDP")
+        raise UsageError(
+            f"--resume {checkpoint}: saved {saved}, resumed {now}; the Trainer cannot read another launch mode's "
+            "checkpoint: resume with the accelerate config it was saved with"
+        )
     weights = checkpoint / "model.safetensors"
-    try:
-        with safe_open(str(weights), "pt") as handle:
-            handle.keys()
-    except (SafetensorError, OSError) as err:
-        raise UsageError(f"{weights} is truncated or corrupt ({' '.join(str(err).split())}); {hint}") from None
+    for path in [weights, *sorted(set(checkpoint.glob("*.safetensors")) - {weights})]:
+        try:
+            with safe_open(str(path), "pt") as handle:
+                handle.keys()
+        except (SafetensorError, OSError) as err:
+            also = f", or delete {path.name} to resume without it" if path != weights else ""
+            raise UsageError(f"{path} is truncated or corrupt ({' '.join(str(err).split())}); {hint}{also}") from None
     for path in sorted(checkpoint.glob("*.pt")) + sorted(checkpoint.glob("*.pth")):
         if not zipfile.is_zipfile(path):  # torch.save writes zip archives; a truncated one has no central directory
             raise UsageError(f"{path} is truncated or corrupt; {hint}")
     return step
 
 
+def comparable(name: str, value: object) -> object:
+    """A flag's value as the plan compares it: ``--corpora`` as its list of specs (a comma-separated string or a
+    YAML list)."""
+    if name == "corpora" and isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return value
+
+
+def plan_differences(saved: dict, spec: RunSpec) -> list[str]:
+    """What ``spec`` asks for that the run recorded in ``saved`` (its record) was not trained with: the ``PLAN_FLAGS``,
+    the curriculum pairs (``--pairs``, else what ``--pivots`` make of the corpora), the recipe (the preset's with the
+    recipe flags, as ``decide`` resolves it) and the start (its fingerprint where the run recorded one); each as
+    ``--flag NOW (the run: THEN)``."""
+    args, defaults = saved.get("args") or {}, RunSpec.defaults()
+    differ = []
+    then = ",".join((saved.get("data") or {}).get("pairs") or []) or args.get("pairs")
+    pairs = ",".join("-".join(pair) for pair in plan_data(spec).pairs)
+    if then and pairs != then:  # a run that recorded no pairs had its corpora's default curriculum
+        differ.append(f"--pairs {pairs} (the run: {then})")
+    for name in PLAN_FLAGS:  # a flag newer than the run's version: the run had its default
+        now, then = comparable(name, getattr(spec, name)), comparable(name, args.get(name, defaults.get(name)))
+        if now != then:
+            differ.append(f"--{name.replace('_', '-')} {now} (the run: {then})")
+    recipe = asdict(decide(spec).recipe)
+    for name, then in (saved.get("recipe") or {}).items():
+        now = recipe.get(name)
+        if now != (tuple(then) if isinstance(now, tuple) and isinstance(then, list) else then):
+            differ.append(f"--{name.replace('_', '-')} {now} (the run: {then})")
+    start = saved.get(START)
+    if start and spec.init_from:
+        fingerprint = start_record(spec.init_from)["fingerprint"]
+        if fingerprint != start["fingerprint"]:
+            differ.append(f"--init-from {spec.init_from}: other files (the run: {start['identity']})")
+    elif spec.init_from != args.get("init_from"):
+        differ.append(f"--init-from {spec.init_from} (the run: {args.get('init_from')})")
+    return differ
+
+
 def check_resume(checkpoint: Path, spec: RunSpec) -> None:
-    """Refuse to resume with another model family or preset than the run of ``checkpoint`` was trained with."""
+    """Refuse to resume with another model family or preset than the run of ``checkpoint`` was trained with, and with
+    another plan (``plan_differences``: data, batches, clusters, teacher, start, recipe; the model config, ``--set``'s
+    negative memory included, is ``check_resume_config``'s) unless ``--resume force`` (a warning naming each
+    difference)."""
     run_dir = checkpoint.parent
     record = run_dir / RECORD
     if not record.is_file():
         return
-    saved = json.loads(record.read_text(encoding="utf-8"))["args"]
-    asked = [f"--{flag} {getattr(spec, flag)}" for flag in ("model", "preset") if saved[flag] != getattr(spec, flag)]
+    saved = json.loads(record.read_text(encoding="utf-8"))
+    args = saved["args"]
+    asked = [f"--{flag} {getattr(spec, flag)}" for flag in ("model", "preset") if args[flag] != getattr(spec, flag)]
     if asked:
         raise UsageError(
             f"--resume {checkpoint}: this command asks for {' '.join(asked)}, but {run_dir} was trained with "
-            f"--model {saved['model']} --preset {saved['preset']}; use those, or start a new run with --overwrite"
+            f"--model {args['model']} --preset {args['preset']}; use those, or start a new run with --overwrite"
         )
-    if bool(saved.get("streaming")) != bool(spec.streaming):
-        was = "with" if saved.get("streaming") else "without"
+    differ = plan_differences(saved, spec)
+    if differ and spec.resume == FORCE:
+        logger.warning(
+            "--resume force: continuing %s with another plan than it was trained with: %s (the result is not an "
+            "uninterrupted run's)",
+            run_dir,
+            "; ".join(differ),
+        )
+    elif differ:
         raise UsageError(
-            f"--resume {checkpoint}: {run_dir} was trained {was} --streaming; resume the same way (the data order of "
-            "the two paths differs)"
+            f"--resume {checkpoint}: {run_dir} was trained with another plan: {'; '.join(differ)}; resume with the "
+            f"run's values, or --resume {FORCE} to continue with these (the result then differs from an uninterrupted "
+            "run's), or start a new run with --overwrite"
         )
 
 
@@ -315,12 +430,15 @@ def cast_state(state: dict[str, torch.Tensor], dtype: torch.dtype) -> dict[str, 
     return cast
 
 
-def save_published(model: PreTrainedModel, out: Path, dtype: torch.dtype | None) -> None:
-    """Save ``model`` into the run's folder, the one that gets published: its weights in ``dtype`` (a warm start's
+def save_published(
+    model: PreTrainedModel, out: Path, dtype: torch.dtype | None, state: dict[str, torch.Tensor] | None = None
+) -> None:
+    """Save ``model`` into the run's folder, the one that gets published: its weights (``state``, by default its own
+    state dict; under FSDP the full one that ``Accelerator.get_state_dict`` gathered) in ``dtype`` (a warm start's
     stored dtype, e.g. fp16) where they fit, while ``config.dtype`` stays the trained dtype, so that loaders with
     ``dtype="auto"`` (the default) upcast them and a CPU computes in float32 as before. No pickle: the Trainer's
     ``training_args.bin`` stays in the checkpoints, with everything else a resume reads."""
-    state = model.state_dict()
+    state = model.state_dict() if state is None else state
     model.save_pretrained(out, state_dict=(cast_state(state, dtype) if dtype is not None else None) or state)
 
 
@@ -355,6 +473,8 @@ class Run:
         present = {entry.name for entry in out.iterdir()} - set(recorded_outputs(out))
         precision = options.precision.to_dict() if options.precision is not None else None
         record = {"args": spec.to_dict(), "recipe": asdict(recipe), "preset": preset.name, "precision": precision}
+        if spec.init_from and training_args.process_index == 0:
+            record[START] = start_record(spec.init_from)
         return cls(spec, preset, recipe, options, training_args, checkpoint, present, record)
 
     @property
@@ -414,10 +534,17 @@ class Run:
             encoder_lr=encoder_lr,
             callbacks=callbacks or None,
         )
+        if parse_flag_from_env("ACCELERATE_USE_FSDP") and not trainer.is_fsdp_enabled:
+            raise UsageError(
+                "the accelerate config asks for FSDP, which accelerate runs only on GPUs: on CPU processes it would "
+                "train under DDP; launch with docs/configs/accelerate_cpu_ddp.yaml instead"
+            )
         out = self.out
         trainer.train(resume_from_checkpoint=None if self.checkpoint is None else str(self.checkpoint))
+        # FSDP: every rank takes part in gathering the shards (only the main process gets them)
+        state = trainer.accelerator.get_state_dict(trainer.model) if trainer.is_fsdp_enabled else None
         if self.main_process:
-            save_published(trainer.accelerator.unwrap_model(trainer.model), out, save_dtype)
+            save_published(trainer.accelerator.unwrap_model(trainer.model), out, save_dtype, state)
         trainer.save_state()
         if self.main_process:
             if tokenizer is not None:

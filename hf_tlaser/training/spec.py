@@ -11,6 +11,9 @@ A script builds one directly: ``train(RunSpec(output_dir="runs/ct", model="ctlas
 from __future__ import annotations
 
 import inspect
+import math
+import types
+import typing
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -159,7 +162,10 @@ class RunSpec:
     save_steps: int = flag(200, families=MODELS)
     save_total_limit: int = flag(2, families=MODELS, help="checkpoints kept (older ones are deleted)")
     resume: str | None = flag(
-        None, families=MODELS, help="checkpoint folder, or 'auto' for the last one in --output-dir"
+        None,
+        families=MODELS,
+        help="checkpoint folder, or 'auto' for the last one in --output-dir, or 'force' for the last one even where "
+        "this command's plan (data, batches, clusters, teacher, start, recipe) differs from the run's",
     )
     set: list[str] = flag(
         default_factory=list,
@@ -348,18 +354,83 @@ def flag_error(flag: str, err: Exception) -> UsageError:
     return UsageError(f"{flag}: {err}")
 
 
-def config_overrides(items: list[str], config_class: type[PretrainedConfig]) -> dict:
-    """``["distance_beta=0.5", "distance_vnorm_grad=false"]`` -> typed dict (values parsed as YAML scalars).
+KINDS = {
+    bool: "true or false",
+    int: "an integer",
+    float: "a finite number",
+    str: "a string",
+    list: "a list [A, B]",
+    tuple: "a list [A, B]",
+    dict: "a mapping {KEY: VALUE}",
+    type(None): "null",
+}
+"""How a ``--set`` error names each type a config parameter takes."""
 
-    UsageError on a malformed item or a key that is not a parameter of ``config_class``.
+
+def parameter_types(config_class: type[PretrainedConfig]) -> dict[str, object]:
+    """The type of each ``__init__`` parameter of ``config_class``: its annotation, or, where the annotations cannot
+    be resolved (a library's config that names a type it imports only for type checkers), its default's type (None:
+    any value)."""
+    parameters = inspect.signature(config_class.__init__).parameters
+    try:
+        hints = typing.get_type_hints(config_class.__init__)
+    except (NameError, TypeError):
+        hints = {}
+    return {
+        name: hints.get(name, None if item.default in (None, inspect.Parameter.empty) else type(item.default))
+        for name, item in parameters.items()
+        if name not in ("self", "kwargs")
+    }
+
+
+def typed_value(key: str, text: str, kind: object) -> object:
+    """``text`` (a ``--set KEY=TEXT`` value) as a value of ``kind`` (a type, or a union of types; None: any): parsed as
+    a YAML scalar (text that is no YAML stays text), a number checked to be finite, an integer refused where a bool is
+    asked (and the reverse), the text as written where a string is asked and YAML reads something else. UsageError
+    (naming the key and the types it takes) for a value of none of them."""
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        value = text
+    if kind is None:
+        return value
+    options = (
+        typing.get_args(kind)
+        if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union
+        else (kind,)
+    )
+    for option in options:
+        base = typing.get_origin(option) or option
+        if base is bool and isinstance(value, bool) or base is type(None) and value is None:
+            return value
+        if base is int and isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if base is float and isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            return value
+        if base in (list, tuple) and isinstance(value, list) or base is dict and isinstance(value, dict):
+            return value
+    if str in options and value is not None:
+        return value if isinstance(value, str) else text
+    taken = " or ".join(
+        dict.fromkeys(KINDS.get(typing.get_origin(option) or option, str(option)) for option in options)
+    )
+    raise UsageError(f"--set {key}={text}: {key} takes {taken}")
+
+
+def config_overrides(items: list[str], config_class: type[PretrainedConfig]) -> dict:
+    """``["distance_beta=0.5", "distance_vnorm_grad=false"]`` -> typed dict (values parsed as YAML scalars and checked
+    against the type of the parameter of ``config_class``: ``typed_value``; their ranges are the class's own checks,
+    made when the run's config is built, before any data is read).
+
+    UsageError on a malformed item, a key that is not a parameter of ``config_class`` or a value of another type.
     """
-    known = [name for name in inspect.signature(config_class.__init__).parameters if name not in ("self", "kwargs")]
+    kinds = parameter_types(config_class)
     out = {}
     for item in items:
         if "=" not in item:
             raise UsageError(f"--set {item!r}: expected KEY=VALUE")
         key, value = (part.strip() for part in item.split("=", 1))
-        if key not in known:
-            raise UsageError(f"unknown --set key {key!r}; known keys: {', '.join(known)}")
-        out[key] = yaml.safe_load(value)
+        if key not in kinds:
+            raise UsageError(f"unknown --set key {key!r}; known keys: {', '.join(kinds)}")
+        out[key] = typed_value(key, value, kinds[key])
     return out

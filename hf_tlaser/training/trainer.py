@@ -177,7 +177,8 @@ class NegativeMemoryCallback(TrainerCallback):
     """A model with a cross-batch memory (``config.negative_memory_size``): write each rank's memory next to the
     checkpoint the Trainer just saved, and put it back into the model when the run resumes from ``checkpoint``, so
     that the resumed run's negatives are the uninterrupted run's (a checkpoint without the file: a warning, and the
-    memory fills again)."""
+    memory fills again). The file is written whole or not at all (a sibling, then renamed); a damaged one is refused
+    before the run starts (``run.check_checkpoint``)."""
 
     def __init__(self, checkpoint: Path | None) -> None:
         self.checkpoint = checkpoint
@@ -200,9 +201,10 @@ class NegativeMemoryCallback(TrainerCallback):
         if memory is not None:
             folder = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
             folder.mkdir(parents=True, exist_ok=True)
-            save_file(
-                {k: v.cpu() for k, v in memory.state().items()}, folder / MEMORY_STATE.format(rank=args.process_index)
-            )
+            path = folder / MEMORY_STATE.format(rank=args.process_index)
+            partial = path.with_name(f"{path.name}.partial")  # a run killed while writing leaves no half file
+            save_file({k: v.cpu() for k, v in memory.state().items()}, partial)
+            partial.replace(path)
         return control
 
 

@@ -102,7 +102,8 @@ class ModelFolderMixin:
            it uploads (transformers' own upload would run inside step 2, before the rest is written).
         """
         hub_kwargs = {name: kwargs.pop(name) for name in PUSH_KWARGS if name in kwargs} if push_to_hub else {}
-        cls = type(self)
+        # under FSDP2 the model's class is the ``FSDP<name>`` class that ``fully_shard`` made, in a torch module
+        cls = next(base for base in type(self).__mro__ if not base.__module__.startswith("torch."))
         encoder = self if isinstance(self, SentenceEncoderMixin) else getattr(self, "encoder", None)
         if not isinstance(encoder, SentenceEncoderMixin):
             encoder = None

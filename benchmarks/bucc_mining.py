@@ -278,7 +278,8 @@ def evaluate(
 
 def model_embedder(spec: str, precision: str) -> Embed:
     """``load_teacher``'s encoder of a model SPEC, with the prompt of symmetric tasks (e5: ``query: ``)."""
-    from hf_tlaser.teachers import EVAL_PROMPTS, load_teacher
+    from hf_tlaser.model_folders import EVAL_PROMPTS
+    from hf_tlaser.teachers.targets import load_teacher
 
     teacher = load_teacher(spec, prefer=EVAL_PROMPTS, precision=precision, argument="--model")
     return teacher.encode

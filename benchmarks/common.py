@@ -4,6 +4,7 @@ profiler tables and the result record every benchmark returns."""
 from __future__ import annotations
 
 import functools
+import gc
 import os
 import platform
 import statistics
@@ -65,6 +66,13 @@ def check_device(device: str) -> str:
 
 def is_cuda(device: str) -> bool:
     return device.startswith("cuda")
+
+
+def release_memory(device: str) -> None:
+    """Collects the garbage of a finished section and, on CUDA, hands its cached GPU memory back."""
+    gc.collect()
+    if is_cuda(device):
+        torch.cuda.empty_cache()
 
 
 def synchronize(device: str) -> None:
@@ -145,6 +153,13 @@ def interleaved(
         if progress:
             log(f"{progress}: round {rnd + 1}/{warmup + repeats}")
     return times
+
+
+def median_times(
+    fns: dict[str, Callable[[], Any]], repeats: int, warmup: int = 1, progress: str | None = None
+) -> dict[str, float]:
+    """The median of each callable's wall-clock seconds over ``repeats`` ``interleaved`` rounds."""
+    return {name: median(times) for name, times in interleaved(fns, repeats, warmup, progress).items()}
 
 
 def log(message: str) -> None:
@@ -345,6 +360,17 @@ class TrainStep:
         for batch in self.batches:
             self.step(batch)
         synchronize(self.device)
+
+    def profile(self) -> str:
+        """``profile_table`` of one training step on the first micro-batch."""
+        return profile_table(lambda: self.step(self.batches[0]))
+
+
+def train_speeds(steps: dict[str, TrainStep], repeats: int, progress: str) -> dict[str, float]:
+    """Target tokens per second of each training step (all its micro-batches), by the median of ``repeats``
+    interleaved rounds."""
+    seconds = median_times(steps, repeats, progress=progress)
+    return {name: target_tokens(step.batches) / seconds[name] for name, step in steps.items()}
 
 
 # ---------------------------------------------------------------------------------------------------- reports

@@ -13,10 +13,7 @@ fp32 on the CPU; ``device="cuda"``: on the GPU under bf16 autocast (fp16 where t
 
 from __future__ import annotations
 
-import gc
 from dataclasses import replace
-
-import torch
 
 from benchmarks.common import (
     DTYPES,
@@ -27,16 +24,15 @@ from benchmarks.common import (
     TrainStep,
     build_model,
     check_size,
-    interleaved,
     is_cuda,
     log,
     md_table,
-    median,
-    profile_table,
     real_batches,
+    release_memory,
     target_tokens,
     tokenizer_for,
     train_dtype_names,
+    train_speeds,
     without_targets,
 )
 from hf_tlaser.training.presets import get_preset
@@ -75,8 +71,7 @@ def measure_cost(size: str, scale: TrainScale, vocab: int, device: str, dtype_na
         name: TrainStep(build_model(model, scale.preset, vocab, seed=0, **scale.overrides), batches, dtype, device)
         for name, (model, batches) in variants.items()
     }
-    times = interleaved(runners, scale.repeats, progress=f"distance cost ({scale.preset})")
-    speeds = {name: target_tokens(variants[name][1]) / median(t) for name, t in times.items()}
+    speeds = train_speeds(runners, scale.repeats, progress=f"distance cost ({scale.preset})")
     costs = {mode: 1 - speeds[f"{mode}/ctlaser"] / speeds[f"{mode}/tlaser"] for mode in ("pair", "multiway")}
     rows = [[name, len(b), target_tokens(b), encoded_tokens(b), speeds[name]] for name, (_, b) in variants.items()]
     data = {
@@ -132,9 +127,7 @@ def run(size: str = "full", device: str = "cpu", presets: tuple[str, ...] | list
         data[f"{preset}_preset"] = preset_data
         sections += ["", f"Preset `{preset}`: " + preset_md]
         del preset_runners
-        gc.collect()
-        if is_cuda(device):
-            torch.cuda.empty_cache()
+        release_memory(device)
     targets = [
         Target(f"ctlaser cost, {mode} mode", cost, TARGET_COST, higher_is_better=False) for mode, cost in costs.items()
     ]
@@ -142,6 +135,5 @@ def run(size: str = "full", device: str = "cpu", presets: tuple[str, ...] | list
     missed = [t for t in targets if not t.passed]
     if missed:
         mode = "pair" if "pair" in missed[0].name else "multiway"
-        step = runners[f"{mode}/ctlaser"]
-        profile = f"cT-LASER, {mode} mode, one micro-batch:\n" + profile_table(lambda: step.step(step.batches[0]))
+        profile = f"cT-LASER, {mode} mode, one micro-batch:\n" + runners[f"{mode}/ctlaser"].profile()
     return BenchResult(NUMBER, TITLE, data, "\n".join(sections), targets, profile)

@@ -26,10 +26,9 @@ from benchmarks.common import (
     BenchResult,
     check_size,
     encoder_flops,
-    interleaved,
     log,
     md_table,
-    median,
+    median_times,
     ntrex_texts,
     tokenizer_for,
 )
@@ -126,7 +125,7 @@ def run(size: str = "full") -> BenchResult:
 
         return call
 
-    times = interleaved({name: forward(ids) for name, ids in docs.items()}, scale.repeats, progress="document")
+    seconds = median_times({name: forward(ids) for name, ids in docs.items()}, scale.repeats, progress="document")
     spec = {
         "preset": scale.preset,
         "overrides": scale.overrides,
@@ -137,7 +136,7 @@ def run(size: str = "full") -> BenchResult:
     memory = peak_memory(spec, docs)
     d, f, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
     lengths = np.array(scale.lengths, dtype=float)
-    ms = np.array([median(times[str(s)]) * 1e3 for s in scale.lengths])
+    ms = np.array([seconds[str(s)] * 1e3 for s in scale.lengths])
     mib = np.array([memory[str(s)]["delta_mib"] for s in scale.lengths])
     time_fit, mem_fit = quadratic_fit(lengths, ms), quadratic_fit(lengths, mib)
     rows, per_doc = [], {}
@@ -147,7 +146,7 @@ def run(size: str = "full") -> BenchResult:
         fitted = time_fit["a"] + time_fit["b"] * s + time_fit["c"] * s * s
         per_doc[name] = {
             "tokens": s,
-            "ms": median(times[name]) * 1e3,
+            "ms": seconds[name] * 1e3,
             "peak_mib": memory[name]["delta_mib"],
             "gflop": (linear + attention) / 1e9,
             "attention_flop_share": attention / (linear + attention),

@@ -11,15 +11,29 @@ the CPU runs bf16 natively; elsewhere the row reads "emulated"). The baseline ru
 ``device="cuda"``: both encoders on the GPU; ``full`` and ``quick`` then use the ``small`` preset's encoder shape and
 every NTREX-128 line (the ``tiny`` shape leaves a GPU idle), and the bf16 row runs where
 ``torch.cuda.is_bf16_supported()``.
+
+The command itself (``python -m benchmarks.embedding_throughput --model runs/demo [--against OTHER_CHECKOUT]``):
+``hf-tlaser embed``'s lines/s on 7,030 NTREX-128 and FLORES-200 lines (``EMBED_TEXTS``), each run a fresh process
+with ``--threads`` OpenMP threads and the command's defaults (``--precision auto``: bf16 where the CPU runs it
+natively), model loading not counted (the command's own ``seconds``); with ``--against``, the same runs of another
+checkout's code, interleaved. It prints the lines/s of each at its min and median time and the share of the CPU's
+bf16 matmul peak (``matmul_gflops`` on the same threads, the best of the rounds) that the encoder's FLOPs take at
+the median: every layer over every token of each line, as the model reads it (``Encoder.tokenize``), and, beside
+it, over the padded batches that ``hf-tlaser embed`` packs.
 """
 
 from __future__ import annotations
 
+import argparse
 import functools
+import os
+import subprocess
+import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -31,6 +45,7 @@ from benchmarks.common import (
     Target,
     check_size,
     emulation_note,
+    encoder_layer_flops,
     interleaved,
     is_cuda,
     log,
@@ -42,6 +57,12 @@ from benchmarks.common import (
     train_dtype_names,
     without_sdpa,
 )
+from hf_tlaser.data.batching import pack_chunk
+from hf_tlaser.data.paths import get_data_dir
+from hf_tlaser.data.readers import iter_lines
+from hf_tlaser.encoders import Encoder, load
+from hf_tlaser.hardware import matmul_gflops
+from hf_tlaser.inference.embed import Job
 from hf_tlaser.models.tlaser import TLaserModel
 from hf_tlaser.tokenization import save_tokenizer
 from hf_tlaser.training.presets import get_preset
@@ -144,10 +165,7 @@ def run(size: str = "full", model_path: str | None = None, device: str = "cpu") 
     scale = (CUDA_SCALES if is_cuda(device) else SCALES)[check_size(size)]
     texts = [t for lang_texts in ntrex_texts(scale.lines).values() for t in lang_texts]
     if model_path:
-        from transformers import AutoModel, AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(model_path)
-        model = AutoModel.from_pretrained(model_path).eval()
+        model, tokenizer = hf_tlaser.load_model(model_path, backend="torch")
     else:
         tokenizer = tokenizer_for(size)
         model = build_encoder(scale, len(tokenizer))
@@ -272,3 +290,123 @@ def run(size: str = "full", model_path: str | None = None, device: str = "cpu") 
 def _within(context: AbstractContextManager, fn: Callable[[], np.ndarray]) -> np.ndarray:
     with context:
         return fn()
+
+
+# ---------------------------------------------------------------------------------------------------- the command
+
+EMBED_TEXTS = (
+    "ntrex128/newstest2019-src.eng.txt",
+    "ntrex128/newstest2019-ref.deu.txt",
+    "flores-devtest/fra_Latn.devtest",
+    "flores-devtest/rus_Cyrl.devtest",
+    "flores-devtest/zho_Hans.devtest",
+)
+"""The command's input, under the data folder: two NTREX-128 files (1,997 lines each) and three FLORES-200 devtest
+files (1,012 each), 7,030 lines in five languages and three scripts."""
+MATMUL_SIZE = 2048
+"""Side of the matmul whose bf16 GFLOP/s is the peak."""
+REPO = Path(__file__).resolve().parent.parent
+"""This checkout: where its runs start (a run of another checkout starts in that one)."""
+
+
+def embed_input(folder: Path, data_dir: str | None = None) -> tuple[Path, list[str]]:
+    """``EMBED_TEXTS`` written as one file in ``folder``; its path and lines."""
+    data = get_data_dir(data_dir)
+    lines = [line for name in EMBED_TEXTS for line in iter_lines(data / name)]
+    path = folder / "ntrex-flores.txt"
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path, lines
+
+
+def encoder_shape(encoder: Encoder) -> tuple[int, int, int]:
+    """(width, FFN width, layers) of the encoder's transformer: an hf_tlaser model's own layers or backbone, or a
+    sentence-transformers model's first module."""
+    config = encoder.model.config if hasattr(encoder.model, "config") else encoder.model[0].model.config
+    shape = getattr(config, "backbone", None) or config.to_dict()
+    return shape["hidden_size"], shape["intermediate_size"], shape["num_hidden_layers"]
+
+
+def command_flops(encoder: Encoder, lines: list[str]) -> tuple[float, float]:
+    """The encoder's FLOPs over ``lines`` (every layer over every position, ``encoder_layer_flops``): over each
+    line's own tokens, and over the padded batches ``hf-tlaser embed`` packs with its default budget."""
+    d, f, layers = encoder_shape(encoder)
+    rows, _ = encoder.tokenize(lines)
+    lengths = np.array([len(row) for row in rows], dtype=np.int64)
+    ones = np.ones(len(rows), dtype=np.int64)
+    batches = pack_chunk(np.arange(len(rows)), lengths, lengths, ones, ones, Job.max_tokens, Job.batch_size)
+    own = sum(sum(encoder_layer_flops(1, int(n), d, f)) for n in lengths) * layers
+    padded = sum(sum(encoder_layer_flops(len(b), int(lengths[b].max()), d, f)) for b in batches) * layers
+    return own, padded
+
+
+def command_seconds(model: str, source: Path, folder: Path, threads: int, tree: str | None) -> float:
+    """One ``hf-tlaser embed`` run in a fresh process on ``threads`` OpenMP threads (``tree``: another checkout's
+    code): the seconds it reports for its lines (model loading left out)."""
+    code = Path(tree or REPO).resolve()
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONPATH=str(code))
+    output = folder / "out.npy"
+    args = ["embed", "--model", model, "--input", str(source), "--output", str(output)]
+    done = subprocess.run(
+        [sys.executable, "-m", "hf_tlaser.cli", *args], cwd=code, env=env, capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"hf-tlaser embed ({tree or 'this checkout'}) failed:\n{done.stderr[-3000:]}")
+    for path in (output, output.with_name(output.name + ".json")):
+        path.unlink()
+    summary = dict(line.split(": ", 1) for line in done.stdout.splitlines() if ": " in line)
+    return float(summary["seconds"])
+
+
+def command_throughput(
+    model: str, repeats: int = 3, threads: int = 2, against: str | None = None, data_dir: str | None = None
+) -> dict:
+    """``hf-tlaser embed`` on ``EMBED_TEXTS`` with ``model``, ``repeats`` rounds of this checkout and ``against``
+    (another checkout, or None) run in turn; the lines/s of each and the share of the bf16 matmul peak."""
+    runs = {"this checkout": None, **({f"against {against}": against} if against else {})}
+    model = str(Path(model).resolve()) if Path(model).exists() else model  # the runs start in their checkout
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        source, lines = embed_input(folder, data_dir)
+        own, padded = command_flops(load(model, device="cpu"), lines)
+        torch.set_num_threads(threads)
+        seconds: dict[str, list[float]] = {name: [] for name in runs}
+        peak = 0.0
+        for rnd in range(repeats):
+            peak = max(peak, matmul_gflops((torch.bfloat16,), size=MATMUL_SIZE)[torch.bfloat16])
+            for name, tree in runs.items():
+                seconds[name].append(command_seconds(model, source, folder, threads, tree))
+                log(f"embed {name}, round {rnd + 1}/{repeats}: {len(lines) / seconds[name][-1]:.1f} lines/s")
+    out = {"model": model, "lines": len(lines), "threads": threads, "bf16_peak_gflops": round(peak, 1), "runs": {}}
+    for name, times in seconds.items():
+        middle = median(times)
+        out["runs"][name] = {
+            "lines_per_second_best": round(len(lines) / min(times), 1),
+            "lines_per_second_median": round(len(lines) / middle, 1),
+            "peak_share_median": round(own / middle / 1e9 / peak, 3),
+            "peak_share_padded_median": round(padded / middle / 1e9 / peak, 3),
+        }
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m benchmarks.embedding_throughput``: time ``hf-tlaser embed`` (module docstring) and print it."""
+    parser = argparse.ArgumentParser(description="hf-tlaser embed's lines/s and its share of the bf16 matmul peak")
+    default = "runs/demo" if Path("runs/demo/config.json").is_file() else "../shared/data/multilingual-e5-small"
+    parser.add_argument("--model", default=default, help="model SPEC (default: %(default)s)")
+    parser.add_argument("--repeats", type=int, default=3, help="rounds (default: %(default)s)")
+    parser.add_argument("--threads", type=int, default=2, help="OpenMP threads of each run (default: %(default)s)")
+    parser.add_argument("--against", metavar="CHECKOUT", help="another checkout's folder, timed in the same rounds")
+    parser.add_argument("--data-dir", help="data folder (default: $HF_TLASER_DATA, else ../shared/data)")
+    args = parser.parse_args(argv)
+    result = command_throughput(args.model, args.repeats, args.threads, args.against, args.data_dir)
+    print(f"{result['lines']} lines, {args.threads} threads, bf16 matmul peak {result['bf16_peak_gflops']} GFLOP/s")
+    for name, run in result["runs"].items():
+        print(
+            f"{name}: {run['lines_per_second_best']} lines/s at the min time, {run['lines_per_second_median']} at the "
+            f"median; {run['peak_share_median']:.1%} of the bf16 peak on the lines' FLOPs "
+            f"({run['peak_share_padded_median']:.1%} counting padding)"
+        )
+
+
+if __name__ == "__main__":
+    main()

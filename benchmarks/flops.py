@@ -22,10 +22,9 @@ from benchmarks.common import (
     check_size,
     emulation_note,
     encoder_flops,
-    interleaved,
     log,
     md_table,
-    median,
+    median_times,
     profile_table,
     timed_dtypes,
 )
@@ -91,9 +90,9 @@ def run(size: str = "full") -> BenchResult:
     variants = {f"matmul {d}": matmul(d) for d in dtypes}
     variants.update({f"{p} {d}": forward(m, d) for p, m in models.items() for d in dtypes})
     log(f"[4] encoder forward {scale.batch} x {scale.seq} tokens, presets {scale.presets}, matmul {n}x{n}")
-    times = interleaved(variants, scale.repeats, progress="flops")
-    peak = {d: 2.0 * n**3 / median(times[f"matmul {d}"]) for d in dtypes}
-    achieved = {p: {d: flops[p]["total"] / median(times[f"{p} {d}"]) for d in dtypes} for p in models}
+    seconds = median_times(variants, scale.repeats, progress="flops")
+    peak = {d: 2.0 * n**3 / seconds[f"matmul {d}"] for d in dtypes}
+    achieved = {p: {d: flops[p]["total"] / seconds[f"{p} {d}"] for d in dtypes} for p in models}
     efficiency = {p: {d: achieved[p][d] / peak[d] for d in dtypes} for p in models}
     rows = []
     for p, model in models.items():
@@ -101,7 +100,7 @@ def run(size: str = "full") -> BenchResult:
         for d in scale.dtypes:
             if d in dtypes:
                 measured = [
-                    median(times[f"{p} {d}"]) * 1e3,
+                    seconds[f"{p} {d}"] * 1e3,
                     achieved[p][d] / 1e9,
                     peak[d] / 1e9,
                     f"**{100 * efficiency[p][d]:.0f} %**",

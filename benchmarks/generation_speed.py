@@ -26,10 +26,9 @@ from benchmarks.common import (
     Target,
     build_model,
     check_size,
-    interleaved,
     log,
     md_table,
-    median,
+    median_times,
     ntrex_texts,
     profile_table,
     tokenizer_for,
@@ -109,8 +108,7 @@ def time_variants(
     if any(out.shape != (len(vectors), steps) for out in outputs.values()):
         raise RuntimeError(f"{label}: a variant did not decode {steps} tokens per sentence")
     agreement = {name: float(out.eq(outputs[REFERENCE]).float().mean()) for name, out in outputs.items()}
-    times = interleaved(variants, repeats, warmup=0, progress=label)
-    return {name: median(t) for name, t in times.items()}, agreement, variants[CACHED]
+    return median_times(variants, repeats, warmup=0, progress=label), agreement, variants[CACHED]
 
 
 def run(size: str = "full", model_dir: str | None = None) -> BenchResult:

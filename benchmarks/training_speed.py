@@ -13,8 +13,6 @@ as the paper's Table 1 does (fp16 and bf16 autocast on CUDA, fp32 on a CPU).
 
 from __future__ import annotations
 
-import gc
-
 import torch
 
 from benchmarks.common import (
@@ -29,16 +27,15 @@ from benchmarks.common import (
     check_size,
     count_parameters,
     emulation_note,
-    interleaved,
     is_cuda,
     log,
     md_table,
-    median,
-    profile_table,
     real_batches,
+    release_memory,
     target_tokens,
     tokenizer_for,
     train_dtype_names,
+    train_speeds,
     without_targets,
 )
 from hf_tlaser.training.presets import get_preset
@@ -108,14 +105,12 @@ def measure(
     device: str = "cpu",
 ) -> tuple[dict[str, dict[str, float]], dict[str, TrainStep]]:
     """Median target tokens/s of every (model, dtype), all variants interleaved per dtype."""
-    tokens = target_tokens(batches)
     speeds: dict[str, dict[str, float]] = {}
     steps: dict[str, TrainStep] = {}
     for dtype_name in dtypes:
         runners = {name: TrainStep(model, batches, DTYPES[dtype_name], device) for name, model in models.items()}
         steps.update({f"{name}/{dtype_name}": r for name, r in runners.items()})
-        times = interleaved(runners, repeats, progress=f"training {dtype_name}")
-        speeds[dtype_name] = {name: tokens / median(t) for name, t in times.items()}
+        speeds[dtype_name] = train_speeds(runners, repeats, progress=f"training {dtype_name}")
     return speeds, steps
 
 
@@ -189,8 +184,7 @@ def run(
     targets = [Target(f"tlaser/laser6 tokens/s ({d})", r, 1.0) for d, r in ratios.items()]
     profile = None
     if not all(t.passed for t in targets):
-        step = steps[f"tlaser/{dtypes[0]}"]
-        profile = profile_table(lambda: step.step(step.batches[0]))
+        profile = steps[f"tlaser/{dtypes[0]}"].profile()
     return BenchResult(NUMBER, TITLE, data, "\n".join(md), targets, profile)
 
 
@@ -237,9 +231,7 @@ def run_preset(size: str, preset: str, device: str = "cuda") -> tuple[dict, str]
     ]
     ratios = {d: speeds[d]["tlaser"] / speeds[d]["laser6"] for d in dtypes}
     del models, steps
-    gc.collect()
-    if is_cuda(device):
-        torch.cuda.empty_cache()
+    release_memory(device)
     md = "\n".join(
         [
             f"Preset `{preset}` (each family at its own sizes, as in the paper's Table 1"

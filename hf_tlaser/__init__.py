@@ -3,8 +3,8 @@
 from transformers import AutoConfig, AutoModel
 
 from hf_tlaser.encoding import encode, load_model
-from hf_tlaser.losses import distance_constraint_loss
 from hf_tlaser.models.cnv import CNVConfig, CNVModel
+from hf_tlaser.models.common.losses import distance_constraint_loss
 from hf_tlaser.models.laser import LaserConfig, LaserForTranslation, LaserModel
 from hf_tlaser.models.ldt import LDTConfig, LDTForAlignment, LDTModel
 from hf_tlaser.models.registry import FAMILIES

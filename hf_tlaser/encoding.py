@@ -147,16 +147,32 @@ def warn_passed_prompt(encoder: torch.nn.Module, texts: list[str]) -> None:
 
 
 def load_model(
-    folder: str | os.PathLike, backend: str = "auto", precision: str = "auto"
+    folder: str | os.PathLike, backend: str = "auto", precision: str = "auto", random_init: bool = False
 ) -> tuple[torch.nn.Module, object]:
     """The encoder and tokenizer of a saved model folder on ``backend`` (``hf_tlaser.backend``: "torch", "onnx",
     "onnx-int8", "openvino", "openvino-int8"; "auto": the fastest backend measured on this CPU class without quality
-    loss where ``precision`` is "auto", else torch). Load once, then ``encode`` as often as needed."""
+    loss where ``precision`` is "auto", else torch). Load once, then ``encode`` as often as needed.
+
+    The one place a folder's weights and tokenizer are read: :func:`hf_tlaser.encoders.load` (what the commands and
+    the teachers load a model SPEC with) calls it for an hf_tlaser folder. A model with one encoder per language
+    (cNV) comes with None for the tokenizer: its per-language tokenizers come with it (``model.get_tokenizer``).
+    ``random_init``: the same architecture with fresh weights (``torch.manual_seed(0)``), in torch; a cNV model's
+    NMT encoders are fresh too, its saved tokenizers kept."""
     from transformers import AutoModel, AutoTokenizer
 
-    exported = load_backend(folder, backend, precision)
-    model = exported if exported is not None else AutoModel.from_pretrained(folder).eval()
-    return model, AutoTokenizer.from_pretrained(folder)
+    exported = None if random_init else load_backend(folder, backend, precision)
+    if exported is not None:
+        return exported, AutoTokenizer.from_pretrained(folder)
+    model = AutoModel.from_pretrained(folder)
+    languages = model_languages(model)
+    tokenizer = AutoTokenizer.from_pretrained(folder) if languages is None else None
+    if random_init:
+        torch.manual_seed(0)
+        fresh = type(model)(model.config)
+        if languages is not None:
+            fresh.tokenizers.update({lang: model.get_tokenizer(lang) for lang in languages})
+        model = fresh
+    return model.eval(), tokenizer
 
 
 def encode(

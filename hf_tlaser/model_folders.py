@@ -1,6 +1,6 @@
 """Model folders, as evaluation, teachers, training and inference read them: where a model SPEC lives (a folder, or
-a Hub id downloaded or found in the cache), which of its prompts to prepend, and an hf_tlaser folder checked, named
-and loaded (:func:`load_encoder`; as an embedder: :mod:`hf_tlaser.encoders`).
+a Hub id downloaded or found in the cache), which of its prompts to prepend, and an hf_tlaser folder checked and
+named (loaded by :func:`hf_tlaser.encoders.load`).
 
 This module sits below ``evaluation/``, ``teachers/`` and ``training/``, which all import it; it imports none of them.
 """
@@ -11,9 +11,6 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
-
-import torch
-from transformers import AutoModel, AutoTokenizer
 
 from hf_tlaser import e5_full
 from hf_tlaser.encoding import model_languages
@@ -151,24 +148,3 @@ def model_name(config: dict) -> str:
     Lightweight Dual Transformer; Yu 2018 for Yu et al.'s seq2seq with similarity loss (each family's
     ``display_name``)."""
     return FAMILIES[config["model_type"]].display_name(config)
-
-
-# ---------------------------------------------------------------------------------------------------- the encoder
-
-
-def load_encoder(model_dir: str | Path, random_init: bool = False) -> tuple[torch.nn.Module, object]:
-    """The encoder and tokenizer of a saved model folder (``random_init``: same architecture, fresh weights).
-
-    A cNV folder gives the model and None: its per-language tokenizers come with it (``model.get_tokenizer``); at
-    random init every weight is fresh, the NMT encoders' too, and the saved tokenizers are kept.
-    """
-    model = AutoModel.from_pretrained(model_dir)
-    languages = model_languages(model)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir) if languages is None else None
-    if random_init:
-        torch.manual_seed(0)
-        fresh = type(model)(model.config)
-        if languages is not None:
-            fresh.tokenizers.update({lang: model.get_tokenizer(lang) for lang in languages})
-        model = fresh
-    return model.eval(), tokenizer

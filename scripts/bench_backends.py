@@ -78,7 +78,8 @@ def worker(folder: str, backend: str, precision: str, texts_file: str, out: str,
                 model, tokenizer, batch, batch_size=batch_size, precision=precision, truncation=True, device="cpu"
             )
     else:  # a sentence-transformers model in its own encode, with its evaluation prompt
-        from hf_tlaser.teachers import EVAL_PROMPTS, load_teacher
+        from hf_tlaser.model_folders import EVAL_PROMPTS
+        from hf_tlaser.teachers.targets import load_teacher
 
         teacher = load_teacher(folder, prefer=EVAL_PROMPTS, device="cpu", precision=precision, argument="--compare")
 

@@ -41,7 +41,7 @@
 #           and, at the release recipe's 2,000 updates of 1,000 tokens, the recipe and 62 updates of 32,000 tokens;
 #           each evaluated as the levers are. Needs the release stage's data (--prepare-release), not its run
 #           Seen on an H200 (2026-11-28, --deadline-minutes 8.8): 424 s; six runs on one GPU, so three stopped
-#           at the safety stop (docs/results.md, "Many in-batch negatives")
+#           at the safety stop (docs/history.md, "Many in-batch negatives")
 #   all     setup,bench,dist,train,finish in one command (train then waits until the run is done): --size tiny
 #
 # Time plan of one 30-minute lease (full): three back-to-back device calls of at most 10 minutes each. A machine
@@ -77,9 +77,10 @@
 #   cut at updates 235 of 250, 60 and 16 of 500).
 # $OUT (at most 8 files): SUMMARY.md, BENCHMARKS.md, BENCHMARKS.json, environment.json, learning_curve.md,
 #   learning_curve.png, results.tar.gz (distributed.json, train.json, curve.json, the evaluation report), logs.tar.gz.
-# The session (flags, stages, deadline, time limits, detached run, publishing) is `scripts/gpu_session.py run`, which
-#   takes this command line as it is and needs only the standard library (it runs before setup's pip install):
-#   this file only starts it from the repository root, under $PYTHON (default python3).
+# The session (flags, stages, deadline, time limits, detached run, publishing) is `scripts/gpu_session.py run` (its
+#   parts: the package scripts/gpu/), which takes this command line as it is and needs only the standard library (it
+#   runs before setup's pip install): this file only starts it from the repository root, under $PYTHON (default
+#   python3).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 exec "${PYTHON:-python3}" scripts/gpu_session.py run "$@"

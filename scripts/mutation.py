@@ -1,5 +1,6 @@
 """Mutation testing with mutmut 3 of the core modules (issue 34: the losses, training/warm.py, training/distill.py,
-teachers/cache.py and encoders/) and of the inference code (issue 50: inference/, its store, backends.py).
+teachers/cache.py and encoders/) and of the inference code (issue 50: inference/, its store, backend/runtime.py and
+backend/measured.py).
 Not part of CI (scripts/test.sh, .ci/run): it runs for tens of minutes.
 
 The code of ``--tree`` is copied into ``--workdir`` (hf_tlaser/, tests/, pyproject.toml with a ``[tool.mutmut]``
@@ -45,9 +46,9 @@ MARKER = ".hf_tlaser_mutation"
 # module -> {file: glob patterns of mutmut's function names}; methods are named "xǁClassǁmethod"
 MODULES: dict[str, dict[str, list[str]]] = {
     "losses": {
-        # hf_tlaser.losses: the cT-LASER distance constraint (eq. 7-10), alignment loss, in-batch negatives, and the
-        # loss of a translation batch that combines them (mean_pairwise_cosine and centered_pair_cosine are
-        # decorated with torch.no_grad, which mutmut 3 does not mutate)
+        # hf_tlaser.models.common.losses: the cT-LASER distance constraint (eq. 7-10), alignment loss, in-batch
+        # negatives, and the loss of a translation batch that combines them (mean_pairwise_cosine and
+        # centered_pair_cosine are decorated with torch.no_grad, which mutmut 3 does not mutate)
         "hf_tlaser/models/common/losses.py": [
             "x_unique_pairs",
             "x_sample_negatives",

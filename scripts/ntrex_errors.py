@@ -29,7 +29,7 @@ import numpy as np
 from hf_tlaser.bitext.knn import l2_normalize
 from hf_tlaser.bitext.margin import margin_candidates
 from hf_tlaser.evaluation.readers import read_ntrex128
-from hf_tlaser.teachers import load_teacher
+from hf_tlaser.teachers.targets import load_teacher
 
 CLASSES = ("duplicate", "numbers/names", "reference", "failure")
 WORD = re.compile(r"\w+", re.UNICODE)

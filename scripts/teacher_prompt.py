@@ -18,7 +18,8 @@ import numpy as np
 from hf_tlaser.data.paths import get_data_dir
 from hf_tlaser.evaluation.suite import embed_retrieval, read_retrieval_sets, score_retrieval
 from hf_tlaser.hardware import PRECISIONS
-from hf_tlaser.teachers import TeacherCache, load_teacher
+from hf_tlaser.teachers.cache import TeacherCache
+from hf_tlaser.teachers.targets import load_teacher
 
 SETS = ("flores-devtest", "ud-pud")
 LANGS = ("en", "de", "es", "fr", "it")

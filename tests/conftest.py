@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
+import json
 import os
 import shutil
 from pathlib import Path
@@ -12,6 +14,9 @@ import torch
 
 from hf_tlaser.data.paths import get_data_dir
 from hf_tlaser.data.readers import iter_lines
+from hf_tlaser.evaluation import cli as eval_cli
+from hf_tlaser.evaluation import suite
+from hf_tlaser.evaluation.readers import read_ntrex128
 from hf_tlaser.tokenization import save_tokenizer, train_tokenizer
 from tests.tiny_models import PROMPTS, make_st_model, save_tiny_tlaser, save_tiny_xlmr, save_warm_ctlaser, st_modules
 
@@ -22,6 +27,15 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
 else:
     torch.set_num_threads(2)
+
+
+@pytest.fixture
+def one_thread():
+    """torch on one thread during the test: tiny LSTMs run much faster on one thread, especially on a shared CPU."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
 
 
 @pytest.fixture(scope="session")
@@ -110,3 +124,30 @@ def st_dir(tmp_path_factory, backbone_dir):
     layers = [modules.Transformer(str(backbone_dir)), modules.Pooling(32, pooling_mode="mean")]
     SentenceTransformer(modules=layers, prompts=PROMPTS).save(str(folder))
     return folder
+
+
+@pytest.fixture
+def evaluate_retrieval(monkeypatch, tmp_path):
+    """``evaluate_retrieval(folder, model, model_type)``: ``hf-tlaser evaluate --suite retrieval`` of ``folder`` on the
+    first 200 lines of NTREX-128 (fp32, no projection, the lexical reference at 16 dimensions) beside the random-init
+    and tf-idf references; checks that the results and the report name the ``model`` (a ``model_type``) and returns
+    ``results.json``."""
+
+    def ntrex(data_dir, langs):
+        return {lang: lines[:200] for lang, lines in read_ntrex128(data_dir, langs).items()}
+
+    monkeypatch.setitem(suite.RETRIEVAL_SETS, "ntrex128", (ntrex, suite.RETRIEVAL_SETS["ntrex128"][1]))
+    monkeypatch.setattr(eval_cli, "lexical_reference", functools.partial(suite.lexical_reference, svd_dim=16))
+
+    def evaluate(folder: Path, model: str, model_type: str) -> dict:
+        out = tmp_path / "eval"
+        argv = [str(folder), "--suite", "retrieval", "--retrieval-sets", "ntrex128", "--output-dir", str(out)]
+        assert eval_cli.main([*argv, "--projection", "none", "--precision", "fp32"]) == 0
+        results = json.loads((out / "results.json").read_text())
+        assert results["evaluated"]["model"] == model and results["evaluated"]["model_type"] == model_type
+        assert results["retrieval"]["sizes"] == {"ntrex128": 200}
+        assert set(results["references"]) == {"random init", "tfidf-char"}
+        assert f"| {model} |" in (out / "report.md").read_text()
+        return results
+
+    return evaluate

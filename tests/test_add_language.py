@@ -19,12 +19,13 @@ from hf_tlaser.data.readers import iter_lines
 from hf_tlaser.errors import UsageError
 from hf_tlaser.hub.model_card import _added_language, render_model_card
 from hf_tlaser.models.tlaser import TLaserModel
-from hf_tlaser.teachers import load_teacher
+from hf_tlaser.teachers.targets import load_teacher
 from hf_tlaser.training import add_language
 from hf_tlaser.training.add_language import add_language_spec
 from hf_tlaser.training.cli import main as train_main
 from hf_tlaser.training.distill import DistillCollator
 from tests.fresh_process import auto_model_vectors
+from tests.test_train_cli_errors import usage_errors
 from tests.test_warm_start import TEXTS, train_args
 
 TINY = [
@@ -118,17 +119,16 @@ def test_the_replayed_pairs_are_trained_beside_the_new_ones(added, icelandic_pai
     assert sources and set(sources) <= icelandic
 
 
-@pytest.mark.parametrize(
-    "extra, expected",
-    [
-        (["--init-from", "x"], "--init-from: add-language decides it; give MODEL instead"),
-        (["--pairs=de-en"], "--pairs: add-language decides it; give --language and --replay-pairs instead"),
-        (["--language", "en"], "--language en: the pivot"),
-        (["--language", "no such"], "--language:"),
-        (["--language", "is,kab,is"], "--language is,kab,is: a language is named twice"),
-        (["--replay", ""], "--replay-pairs de-en,fr-en: give the corpora they come from with --replay"),
-        (["--replay-pairs", "de-de"], "--replay-pairs 'de-de': bad language pair"),
-    ],
+@usage_errors(
+    {
+        "--init-from x": "--init-from: add-language decides it; give MODEL instead",
+        "--pairs=de-en": "--pairs: add-language decides it; give --language and --replay-pairs instead",
+        "--language en": "--language en: the pivot",
+        "--language 'no such'": "--language:",
+        "--language is,kab,is": "--language is,kab,is: a language is named twice",
+        "--replay ''": "--replay-pairs de-en,fr-en: give the corpora they come from with --replay",
+        "--replay-pairs de-de": "--replay-pairs 'de-de': bad language pair",
+    }
 )
 def test_bad_input_is_one_line_before_any_data(extra, expected, st_dir, tmp_path, capsys):
     argv = [str(st_dir), "--language-pairs", "tsv:none.tsv", "--output-dir", str(tmp_path / "o"), *extra]

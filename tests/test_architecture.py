@@ -10,7 +10,12 @@ What counts as an import of module A by module B:
 * ``from P import N`` counts as an import of ``P.N`` when that is a module of the package, else of ``P`` (the
   package's ``__init__``);
 * the implicit import of the parent packages (``import a.b.c`` runs ``a/__init__`` and ``a/b/__init__`` first) is not
-  counted: a package's ``__init__`` may import its own submodules, the usual layout, without forming a cycle.
+  counted: a package's ``__init__`` may import its own submodules, the usual layout, without forming a cycle;
+* a string in B that names a module of the package below ``hf_tlaser`` itself (``"hf_tlaser.training.joint"``, also
+  the start of one: ``"hf_tlaser.training."``, or an object in one: ``"hf_tlaser.training.joint.train"``) counts as an
+  import of that module: ``importlib.import_module("...")``'s argument, or a module named as data for another module
+  to import (an upward dependency written as a string is still one). A string of the package's name only, of a
+  name that is no module (the logger ``"hf_tlaser.train"``) or of the module itself (its messages) is not counted.
 
 A private name is one with a leading underscore that is not a dunder (``_recipe``, not ``__version__``), taken from
 another module of the package by ``from M import _name`` or read as ``M._name`` through an imported module ``M``.
@@ -19,6 +24,7 @@ another module of the package by ``from M import _name`` or read as ``M._name`` 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,10 +43,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("hf_tlaser.data", "hf_tlaser.models"),
     (
         "hf_tlaser",
-        "hf_tlaser.losses",
         "hf_tlaser.encoding",
         "hf_tlaser.backend",
-        "hf_tlaser.backends",
         "hf_tlaser.tokenization",
         "hf_tlaser.e5_full",
     ),
@@ -59,6 +63,8 @@ SHARED_LAYERS = (0, 2)
 """The layers whose units may import each other."""
 NEVER = {"hf_tlaser.hub": "hf_tlaser.training", "hf_tlaser.inference": "hf_tlaser.training"}
 """Imports that the layers would allow but the doc rules out: what loads a saved folder never imports training."""
+MODULE_STRING = re.compile(rf"{PACKAGE}(?:\.\w+)+\.?")
+"""A string that may name a module of the package (``read_imports``)."""
 
 
 def module_name(path: Path) -> str:
@@ -115,6 +121,8 @@ def _owner(name: str, modules: dict[str, Path]) -> str | None:
 
 
 def read_imports(modules: dict[str, Path]) -> tuple[list[Import], dict[str, ast.Module]]:
+    """Every import of a module of the package by one (the module docstring says what counts), and each module's
+    syntax tree."""
     imports, trees = [], {}
     for name, path in modules.items():
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
@@ -139,6 +147,10 @@ def read_imports(modules: dict[str, Path]) -> tuple[list[Import], dict[str, ast.
                 target = _owner(source, modules)
                 if taken and target is not None:
                     imports.append(Import(name, target, node.lineno, tuple(taken)))
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and MODULE_STRING.fullmatch(node.value):
+                target = _owner(node.value.rstrip("."), modules)
+                if target not in (None, PACKAGE, name):
+                    imports.append(Import(name, target, node.lineno))
     return imports, trees
 
 
@@ -305,6 +317,31 @@ def test_the_layer_check_catches_an_upward_and_a_sideways_import():
         "hf_tlaser.hub.push:3: hf_tlaser.hub -> hf_tlaser.training",
         "hf_tlaser.teachers.loading:1: hf_tlaser.teachers -> hf_tlaser.evaluation",
     ]
+
+
+def test_the_layer_check_reads_modules_named_in_strings(tmp_path):
+    """A module named in a string counts as imported (``import_module``'s argument, or data another module imports),
+    so models/ naming a training module is an upward import; a logger's name that is no module is not counted."""
+    sources = {
+        "hf_tlaser.models.family": 'JOINT_TRAINING = "hf_tlaser.training.joint"\n',
+        "hf_tlaser.models.common.cards": 'import importlib\n\nCARDS = importlib.import_module("hf_tlaser.hub.cards")\n',
+        "hf_tlaser.models.common.evaluate": 'def run(name):\n    return f"hf_tlaser.evaluation.{name}"\n',
+        "hf_tlaser.training.joint": 'import logging\n\nlogger = logging.getLogger("hf_tlaser.train")\n',
+        "hf_tlaser.hub.cards": "",
+        "hf_tlaser.evaluation": "",
+        "hf_tlaser": "",
+    }
+    modules = {}
+    for name, source in sources.items():
+        modules[name] = tmp_path / f"{name}.py"
+        modules[name].write_text(source, encoding="utf-8")
+    imports, _ = read_imports(modules)
+    assert layer_violations(imports) == [
+        "hf_tlaser.models.common.cards:3: hf_tlaser.models -> hf_tlaser.hub",
+        "hf_tlaser.models.common.evaluate:2: hf_tlaser.models -> hf_tlaser.evaluation",
+        "hf_tlaser.models.family:1: hf_tlaser.models -> hf_tlaser.training",
+    ]
+    assert [item for item in imports if item.importer == "hf_tlaser.training.joint"] == []
 
 
 def test_layer_order(package):

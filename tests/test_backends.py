@@ -1,4 +1,4 @@
-"""Inference backends (hf_tlaser.backends): ``hf_tlaser.encode(..., backend=)``, ``load_model`` and
+"""Inference backends (hf_tlaser.backend): ``hf_tlaser.encode(..., backend=)``, ``load_model`` and
 ``hf-tlaser embed --backend`` run the files ``hf-tlaser export`` wrote and give the torch fp32 vectors (fp32 within
 1e-5; int8 within the cosine of tests/test_export.py); ``backend="auto"`` takes a backend only where the folder's
 ``backends.json`` measured it on this CPU class without quality loss; bad input is one line."""
@@ -20,7 +20,6 @@ from hf_tlaser.backend.measured import MEASURED_FILE
 from hf_tlaser.cli import main as hf_tlaser_main
 from hf_tlaser.errors import UsageError
 from hf_tlaser.inference import read_embeddings
-from hf_tlaser.model_folders import load_encoder
 from tests.scripts import load_script
 
 pytestmark = pytest.mark.skipif(
@@ -43,7 +42,7 @@ def exported(warm_dir, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def reference(exported) -> np.ndarray:
-    model, tokenizer = load_encoder(exported)
+    model, tokenizer = hf_tlaser.load_model(exported, backend="torch")
     return hf_tlaser.encode(model, tokenizer, TEXTS, autocast_dtype=None, device="cpu")
 
 
@@ -80,7 +79,7 @@ def test_an_exported_encoder_has_a_fingerprint_of_its_own(exported, reference):
 
 
 def test_a_torch_model_finds_its_folder_for_a_backend(exported, reference):
-    model, tokenizer = load_encoder(exported)
+    model, tokenizer = hf_tlaser.load_model(exported, backend="torch")
     vectors = hf_tlaser.encode(model, tokenizer, TEXTS, backend="onnx")
     assert np.abs(vectors - reference).max() < FP32_TOL
 
@@ -293,19 +292,3 @@ def test_bench_backends_compares_other_models(bench, warm_dir, st_dir, data_dir,
     assert not (warm_dir / "onnx").exists() and not (warm_dir / "openvino").exists()  # nothing exported
     own = next(row for row in rows if row.startswith(f"| {st_dir.name}: torch fp32"))
     assert float(own.split(" | ")[4]) > 0  # its speed as a ratio to FOLDER's
-
-
-def test_the_old_module_reads_through_with_a_deprecation_warning():
-    """``hf_tlaser.backends`` moved into ``hf_tlaser.backend`` (issue 49); the README named its ``cpu_class``, so the
-    old module keeps every name for one release, each read with a ``DeprecationWarning``."""
-    import hf_tlaser.backends as old
-    from hf_tlaser.backend import runtime
-
-    with pytest.warns(DeprecationWarning, match=r"hf_tlaser\.backends\.cpu_class is deprecated"):
-        assert old.cpu_class is runtime.cpu_class
-    with pytest.warns(DeprecationWarning, match=r"hf_tlaser\.backends\.read_measured is deprecated"):
-        assert old.read_measured is runtime.read_measured  # moved to backend.measured, still read through
-    with pytest.warns(DeprecationWarning, match=r"hf_tlaser\.backends\.MEASURED_FILE is deprecated"):
-        assert old.MEASURED_FILE == MEASURED_FILE
-    with pytest.warns(DeprecationWarning), pytest.raises(AttributeError):
-        getattr(old, "no_such_name")  # noqa: B009 - the attribute read is the test

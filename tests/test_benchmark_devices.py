@@ -1,12 +1,20 @@
 """The GPU session's CPU-side parts: the benchmarks' ``--device`` / ``--presets`` paths at smoke size on the CPU, the
-GPU line of the report header (from a made-up GPU's facts), and ``scripts/gpu_session.py``: its records, and the
-session's stages (``run``: flags, deadline, command lines, time limits, publishing). Nothing here needs a GPU;
-``scripts/gpu_session.sh --size tiny`` (minutes) is the end-to-end check and is not run here."""
+GPU line of the report header (from a made-up GPU's facts), and ``scripts/gpu_session.py`` (the package
+``scripts/gpu``): its records, and the session's stages (``run``: flags, deadline, command lines, time limits,
+publishing). Nothing here needs a GPU; ``scripts/gpu_session.sh --size tiny`` (minutes) is the end-to-end check and is
+not run here."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
+import os
+import subprocess
+import tarfile
+import time
+from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
@@ -18,8 +26,11 @@ from hf_tlaser.hardware import configure_threads
 from tests.scripts import load_script
 
 
-def _gpu_session():
-    return load_script("gpu_session")
+def _gpu() -> ModuleType:
+    """The package ``scripts/gpu``, its modules loaded: ``scripts/gpu_session.py`` (its command line), loaded, puts it
+    on sys.path and imports them."""
+    load_script("gpu_session")
+    return importlib.import_module("gpu")
 
 
 def test_device_checks():
@@ -78,7 +89,7 @@ def test_gpu_header_names_device_driver_and_peak():
 
 
 def test_session_summary(tmp_path):
-    gpu_session = _gpu_session()
+    gpu = _gpu()
     bench = {
         "machine": {"device": "cuda (GPU)", "gpu matmul 8192^3 bf16 TFLOP/s": 700.0},
         "benchmarks": [
@@ -96,28 +107,28 @@ def test_session_summary(tmp_path):
     }
     (tmp_path / "BENCHMARKS.json").write_text(json.dumps(bench))
     (tmp_path / "distributed.json").write_text(json.dumps({"fsdp": {"exit": 0, "fsdp_active": True}}))
-    text = gpu_session.summary(tmp_path)
+    text = gpu.records.summary(tmp_path)
     assert (tmp_path / "SUMMARY.md").read_text() == text
     assert "1. paper_preset tok/s: bf16/tlaser 100,000, bf16/laser6 40,000" in text
     assert "2. ctlaser cost, pair mode: 0.3 (MISSED)" in text and "pair/tlaser 90,000; cost pair 30.0 %" in text
     assert "fsdp_active" in text and "## Training and evaluation\n\n- not run" in text
     assert "## Release recipe" not in text
     (tmp_path / "release.json").write_text(json.dumps({"train_seconds": 335, "exit": 0}))
-    assert "## Release recipe\n\n- train_seconds: 335\n- exit: 0" in gpu_session.summary(tmp_path)
+    assert "## Release recipe\n\n- train_seconds: 335\n- exit: 0" in gpu.records.summary(tmp_path)
 
 
 def test_archive_split_into_parts_that_each_travel_and_restore_it(tmp_path, monkeypatch):
-    gpu_session = _gpu_session()
-    mib = gpu_session.MIB
-    monkeypatch.setattr(gpu_session, "CARRY_LIMIT_MIB", 4)  # 4 MiB may travel: 1 to spare, 1 for the tree
-    monkeypatch.setattr(gpu_session, "tree_size", lambda: mib)
+    gpu = _gpu()
+    mib = gpu.carry.MIB
+    monkeypatch.setattr(gpu.carry, "CARRY_LIMIT_MIB", 4)  # 4 MiB may travel: 1 to spare, 1 for the tree
+    monkeypatch.setattr(gpu.carry, "tree_size", lambda: mib)
     wheels = tmp_path / "carry" / "wheels"
     wheels.mkdir(parents=True)
     (wheels / "a.whl").write_bytes(b"w" * (mib // 2))
     archive = tmp_path / "data.tar.xz"
     archive.write_bytes(bytes(range(256)) * (5 * mib // 256 + 7))
     (tmp_path / "carry" / "part9").mkdir()  # a stale part of an earlier split
-    assert gpu_session.split(archive, tmp_path / "carry", wheels) == 0
+    assert gpu.carry.split(archive, tmp_path / "carry", wheels) == 0
     parts = sorted((tmp_path / "carry").glob("part*/*"))
     assert [p.parent.name for p in parts] == ["part1", "part2", "part3"]
     assert [p.stat().st_size for p in parts[:2]] == [mib + mib // 2, 2 * mib]  # part1 leaves room for the wheels
@@ -125,9 +136,9 @@ def test_archive_split_into_parts_that_each_travel_and_restore_it(tmp_path, monk
 
 
 def test_wheels_asked_for_leave_out_torch_and_the_package_itself():
-    gpu_session = _gpu_session()
+    gpu = _gpu()
     names = {
-        gpu_session.canonical(r.split("[")[0].split(">")[0].split("=")[0].strip()) for r in gpu_session.requirements()
+        gpu.wheels.canonical(r.split("[")[0].split(">")[0].split("=")[0].strip()) for r in gpu.wheels.requirements()
     }
     assert {"transformers", "faiss-cpu", "pytest"} <= names
     assert not names & {"torch", "hf-tlaser"}  # the dev extra's hf_tlaser[openvino]: pip cannot fetch the package
@@ -137,10 +148,10 @@ def test_the_stages_records_are_subcommands(tmp_path):
     """The records ``gpu_session.sh`` wrote with five inline Python heredocs are ``gpu_session.py`` subcommands (issue
     49): a JSON note, the dist stage's facts of a run, the train stage's checkpoint spacing, the finish stage's
     ``train.json``, all from made-up run folders."""
-    gpu_session = _gpu_session()
+    gpu = _gpu()
     notes = tmp_path / "distributed.json"
-    assert gpu_session.main(["note", str(notes), "deepspeed", '"skipped"']) == 0
-    assert gpu_session.note(notes, "procs", "2") == {"deepspeed": "skipped", "procs": 2}  # JSON where it is JSON
+    assert gpu.cli.main(["note", str(notes), "deepspeed", '"skipped"']) == 0
+    assert gpu.records.note(notes, "procs", "2") == {"deepspeed": "skipped", "procs": 2}  # JSON where it is JSON
     run = tmp_path / "run"
     (run / "checkpoint-20").mkdir(parents=True)
     (run / "checkpoint-10").mkdir()
@@ -155,7 +166,7 @@ def test_the_stages_records_are_subcommands(tmp_path):
     (run / "trainer_state.json").write_text(json.dumps({"global_step": 30, "log_history": history}))
     log = tmp_path / "dist.log"
     log.write_text("using FullyShardedDataParallel\nValueError: late\nRuntimeError: last one\n")
-    facts = gpu_session.dist_facts(notes, "fsdp", run, 0, 41, log)
+    facts = gpu.records.dist_facts(notes, "fsdp", run, 0, 41, log)
     assert facts["updates"] == 30 and facts["loss_first_last"] == [4.0, 2.5] and facts["tokens_per_second_last"] == 200
     assert facts["checkpoints"] == ["checkpoint-10", "checkpoint-20"] and facts["fsdp_active"]
     assert not facts["deepspeed_active"] and facts["saved_model"] == ["model.safetensors"]
@@ -163,20 +174,20 @@ def test_the_stages_records_are_subcommands(tmp_path):
     assert facts["last_error"] == "RuntimeError: last one"
     assert json.loads(notes.read_text())["fsdp"] == facts and json.loads(notes.read_text())["procs"] == 2
     bench = tmp_path / "BENCHMARKS.json"
-    assert gpu_session.save_steps(bench, 60) == 250  # no bench stage
+    assert gpu.records.save_steps(bench, 60) == 250  # no bench stage
     tps = {"small_preset": {"tokens_per_second": {"pair/ctlaser": 32000 / 0.7}}}  # 60 updates a minute
     bench.write_text(json.dumps({"benchmarks": [{"number": 2, "data": tps}]}))
-    assert gpu_session.save_steps(bench, 60) == 300 and gpu_session.save_steps(bench, 1) == 25
+    assert gpu.records.save_steps(bench, 60) == 300 and gpu.records.save_steps(bench, 1) == 25
     results = tmp_path / "eval" / "results.json"
     results.parent.mkdir()
     results.write_text("{}")
-    data = gpu_session.train_facts(tmp_path / "train.json", run, results)
+    data = gpu.records.train_facts(tmp_path / "train.json", run, results)
     assert (data["updates"], data["pairs_seen"], data["loss_first_last"]) == (30, 100, [4.0, 2.5])
     assert (data["train_runtime_s"], data["tokens_per_second_median"], data["checkpoints"]) == (12.5, 200.0, 2)
     assert data["evaluate_results"] == "eval/results.json"
     (run / "trainer_state.json").rename(run / "checkpoint-20" / "trainer_state.json")  # killed: its last checkpoint
-    assert gpu_session.train_facts(tmp_path / "again.json", run, results)["updates"] == 30
-    env = gpu_session.environment(tmp_path / "environment.json", "pip", f"{torch.__version__}", "0.0", "tiny", "d")
+    assert gpu.records.train_facts(tmp_path / "again.json", run, results)["updates"] == 30
+    env = gpu.records.environment(tmp_path / "environment.json", "pip", f"{torch.__version__}", "0.0", "tiny", "d")
     assert env["torch_matches_pin"] is False and env["hf_tlaser"] is not None and env["size"] == "tiny"
 
 
@@ -185,19 +196,19 @@ def test_the_stages_records_are_subcommands(tmp_path):
 
 def _session(tmp_path, *flags, now=None):
     """A ``Session`` for ``flags`` (scripts/gpu_session.sh's command line), its work and $OUT under ``tmp_path``."""
-    gpu_session = _gpu_session()
-    args = gpu_session.session_parser().parse_args(list(flags))
+    gpu = _gpu()
+    args = gpu.cli.session_parser().parse_args(list(flags))
     environ = {"HF_TLASER_GPU_WORK": str(tmp_path / "work"), "OUT": str(tmp_path / "out")}
-    session = gpu_session.Session(args, environ, now=now or (lambda: 1000.0))
+    session = gpu.session.Session(args, environ, now=now or (lambda: 1000.0))
     for folder in (session.results, session.logs, session.out):
         folder.mkdir(parents=True, exist_ok=True)
-    return gpu_session, session
+    return gpu, session
 
 
 def test_session_flags_profiles_and_deadline(tmp_path):
     """The shell script's flags as they were: sizes, the default deadline per size, the work and out folders, the
     stages `all` stands for; the deadline in whole seconds, each command capped 20 s before it."""
-    gpu_session, full = _session(tmp_path)
+    gpu, full = _session(tmp_path)
     assert full.stages == ["setup", "bench", "dist", "train", "finish"] and full.profile.device == "cuda"
     assert (full.deadline_minutes, full.train_minutes, full.save_steps, full.python) == (9.5, "10", None, "python3")
     assert full.out == tmp_path / "out" and full.run_dir == tmp_path / "work" / "train" / "ctlaser-small"
@@ -208,23 +219,23 @@ def test_session_flags_profiles_and_deadline(tmp_path):
     assert (flags.train_minutes, flags.wait_minutes, flags.save_steps, flags.out.name) == ("4", 6.0, "40", "o")
     for bad in (["--size", "huge"], ["--train-minutes", "x"], ["--unknown"]):
         with pytest.raises(SystemExit):
-            gpu_session.session_parser().parse_args(bad)
-    assert gpu_session.work_dir("tiny", {"TMPDIR": "/t"}) == gpu_session.Path("/t/hf_tlaser_gpu_tiny")
-    assert gpu_session.work_dir("full", {}) == gpu_session.Path("/tmp/hf_tlaser_gpu")
-    assert gpu_session.work_dir("full", {"HF_TLASER_GPU_WORK": ""}) == gpu_session.Path("/tmp/hf_tlaser_gpu")
+            gpu.cli.session_parser().parse_args(bad)
+    assert gpu.profiles.work_dir("tiny", {"TMPDIR": "/t"}) == Path("/t/hf_tlaser_gpu_tiny")
+    assert gpu.profiles.work_dir("full", {}) == Path("/tmp/hf_tlaser_gpu")
+    assert gpu.profiles.work_dir("full", {"HF_TLASER_GPU_WORK": ""}) == Path("/tmp/hf_tlaser_gpu")
     t = [100.7]
-    clock = gpu_session.Clock(9.5, now=lambda: t[0])
+    clock = gpu.profiles.Clock(9.5, now=lambda: t[0])
     assert (clock.start, clock.deadline) == (100, 670)
     t[0] = 130.2
     assert clock.left() == 540 and clock.cap(480) == 480 and clock.cap(600) == 520  # 20 s kept to publish
     t[0] = 700.0
     assert clock.left() == -30 and clock.cap(600) == -50 and clock.elapsed() == 600
-    assert gpu_session.negatives_stop(700, 360) == "5.7" and gpu_session.negatives_stop(300, 360) == "0.5"
+    assert gpu.profiles.negatives_stop(700, 360) == "5.7" and gpu.profiles.negatives_stop(300, 360) == "0.5"
 
 
 def test_session_runs_named_stages_in_order_while_time_is_left(tmp_path, monkeypatch, capsys):
     t = [1000.0]
-    gpu_session, session = _session(tmp_path, "--stage", "bench,setup,nope,train,finish", now=lambda: t[0])
+    gpu, session = _session(tmp_path, "--stage", "bench,setup,nope,train,finish", now=lambda: t[0])
     ran = []
 
     def stage(name, seconds=0):
@@ -256,8 +267,8 @@ def test_session_runs_named_stages_in_order_while_time_is_left(tmp_path, monkeyp
 
 def test_negatives_and_levers_command_lines(tmp_path, monkeypatch):
     """Issue 53's six runs and the levers: each one's updates and training flags, and the commands they run."""
-    gpu_session, session = _session(tmp_path)
-    runs = gpu_session.negative_runs(session.profile, "5.7")
+    gpu, session = _session(tmp_path)
+    runs = gpu.profiles.negative_runs(session.profile, "5.7")
     cut = ["--max-minutes", "5.7"]
     assert runs == [
         ("plain", 200, cut),
@@ -267,10 +278,10 @@ def test_negatives_and_levers_command_lines(tmp_path, monkeypatch):
         ("plain-long", 2000, cut),
         ("big-long", 62, cut + ["--max-tokens", "32000", "--update-tokens", "32000"]),
     ]
-    tiny = gpu_session.negative_runs(gpu_session.PROFILES["tiny"], "0.5")
+    tiny = gpu.profiles.negative_runs(gpu.profiles.PROFILES["tiny"], "0.5")
     assert [(n, u) for n, u, _ in tiny][-1] == ("big-long", 2) and tiny[2][2][-3:] == ["500", "--update-tokens", "2000"]
     start = tmp_path / "e5"
-    assert gpu_session.lever_runs(session.profile, start) == [
+    assert gpu.profiles.lever_runs(session.profile, start) == [
         ("batch2x", 250, ["--update-tokens", "2000"]),
         ("distill100", 500, ["--teacher", str(start), "--distill-weight", "100"]),
         ("distill1000", 500, ["--teacher", str(start), "--distill-weight", "1000"]),
@@ -289,28 +300,28 @@ def test_negatives_and_levers_command_lines(tmp_path, monkeypatch):
         "ud-pud",
     ]
     assert evaluate[-5:] == ["--no-references", "--seeds", "0", "--output-dir", str(session.work / "levers/big-eval")]
-    corpora, sets = gpu_session.release_facts()
+    corpora, sets = gpu.profiles.release_facts()
     assert "europarl-v2-it-en" in corpora and "ntrex128" in sets
 
 
 def test_bench_dist_train_and_release_command_lines(tmp_path, monkeypatch):
-    gpu_session, session = _session(tmp_path)
+    gpu, session = _session(tmp_path)
     assert session.bench_command()[3:] == [
         *("--size", "full", "--only", "1", "2", "3", "--device", "cuda", "--presets", "small", "paper"),
         *("--output", str(session.results / "BENCHMARKS.md")),
     ]
     out = tmp_path / "fsdp"
-    fsdp = gpu_session.accelerate_command("py", session.profile, ["--config_file", "c.yaml"], "bf16", out)
+    fsdp = gpu.profiles.accelerate_command("py", session.profile, ["--config_file", "c.yaml"], "bf16", out)
     assert fsdp[:5] == ["py", "-m", "accelerate.commands.launch", "--config_file", "c.yaml"]
     assert fsdp[fsdp.index("--mixed_precision") + 1] == "bf16" and fsdp[fsdp.index("--num_processes") + 1] == "1"
     assert fsdp[-4:] == ["--precision", "bf16", "--output-dir", str(out)] and "--max-lines" in fsdp
-    tiny = gpu_session.accelerate_command("py", gpu_session.PROFILES["tiny"], [], "fp32", out)
+    tiny = gpu.profiles.accelerate_command("py", gpu.profiles.PROFILES["tiny"], [], "fp32", out)
     assert tiny[tiny.index("--mixed_precision") + 1] == "no" and tiny[tiny.index("--num_processes") + 1] == "2"
-    assert gpu_session.launcher_env(1, 29501) == {
+    assert gpu.profiles.launcher_env(1, 29501) == {
         **{"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29501"},
         **{"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"},
     }
-    assert "RANK" not in gpu_session.launcher_env(2, 29501)
+    assert "RANK" not in gpu.profiles.launcher_env(2, 29501)
     monkeypatch.setattr(session, "precision", lambda: "bf16")
     train = session.train_command("250")
     # --save-steps before the run folder (after it, REMAINDER would pass it to hf-tlaser train)
@@ -324,8 +335,8 @@ def test_bench_dist_train_and_release_command_lines(tmp_path, monkeypatch):
 
 
 def test_publish_at_most_eight_flat_files(tmp_path, capsys, monkeypatch):
-    gpu_session, session = _session(tmp_path)
-    assert len(gpu_session.PUBLISHED + gpu_session.ARCHIVES) <= gpu_session.OUT_FILES_MAX
+    gpu, session = _session(tmp_path)
+    assert len(gpu.call.PUBLISHED + gpu.call.ARCHIVES) <= gpu.call.OUT_FILES_MAX
     work = session.work
     (session.results / "environment.json").write_text('{"size": "full"}')
     (session.results / "BENCHMARKS.md").write_text("# bench")
@@ -347,7 +358,7 @@ def test_publish_at_most_eight_flat_files(tmp_path, capsys, monkeypatch):
     names = sorted(p.name for p in session.out.iterdir())
     assert names == sorted(p.name for p in published)
     assert names == ["BENCHMARKS.md", "SUMMARY.md", "environment.json", "logs.tar.gz", "results.tar.gz"]
-    with gpu_session.tarfile.open(session.out / "results.tar.gz") as tar:
+    with tarfile.open(session.out / "results.tar.gz") as tar:
         members = set(tar.getnames())
     assert members == {
         "results/train.json",
@@ -360,11 +371,11 @@ def test_publish_at_most_eight_flat_files(tmp_path, capsys, monkeypatch):
         "levers/plain/results.json",
         "levers/big/train_log.jsonl",
     }
-    with gpu_session.tarfile.open(session.out / "logs.tar.gz") as tar:
+    with tarfile.open(session.out / "logs.tar.gz") as tar:
         assert {"logs/bench.log", "logs/publish.log"} <= set(tar.getnames())
     assert "## Release recipe" in (session.out / "SUMMARY.md").read_text()
     assert "published 5 files" in capsys.readouterr().out
-    monkeypatch.setattr(gpu_session, "OUT_FILE_LIMIT", 100)
+    monkeypatch.setattr(gpu.call, "OUT_FILE_LIMIT", 100)
     for extra in range(4):
         (session.out / f"stale{extra}").write_text("x")
     session.publish()
@@ -376,19 +387,19 @@ def test_publish_at_most_eight_flat_files(tmp_path, capsys, monkeypatch):
 def test_commands_run_with_time_limits(tmp_path, monkeypatch, capsys):
     """A command's exit status and output, a command over its limit stopped (its process group), and none started
     when the call has no time left for it."""
-    gpu_session = _gpu_session()
+    gpu = _gpu()
     log = tmp_path / "a.log"
-    assert gpu_session.run_limited(["sh", "-c", "echo one; exit 3"], log, 10) == 3
-    assert gpu_session.run_limited(["sh", "-c", "echo two"], log, 10, env={"X": "1"}) == 0
+    assert gpu.processes.run_limited(["sh", "-c", "echo one; exit 3"], log, 10) == 3
+    assert gpu.processes.run_limited(["sh", "-c", "echo two"], log, 10, env={"X": "1"}) == 0
     assert log.read_text() == "one\ntwo\n"
-    assert gpu_session.run_limited(["sh", "-c", 'echo "$X"'], log, 10, env={"X": "x"}, append=False) == 0
+    assert gpu.processes.run_limited(["sh", "-c", 'echo "$X"'], log, 10, env={"X": "x"}, append=False) == 0
     assert log.read_text() == "x\n"
-    monkeypatch.setattr(gpu_session, "KILL_AFTER", 1)
-    begin = gpu_session.time.monotonic()
-    assert gpu_session.run_limited(["sh", "-c", "sleep 30 & sleep 30"], log, 0.3) == 124
-    assert gpu_session.run_limited(["sh", "-c", "trap '' TERM; sleep 30"], log, 0.3) == 137
-    assert gpu_session.time.monotonic() - begin < 10
-    assert gpu_session.exit_status(-15) == 143
+    monkeypatch.setattr(gpu.processes, "KILL_AFTER", 1)
+    begin = time.monotonic()
+    assert gpu.processes.run_limited(["sh", "-c", "sleep 30 & sleep 30"], log, 0.3) == 124
+    assert gpu.processes.run_limited(["sh", "-c", "trap '' TERM; sleep 30"], log, 0.3) == 137
+    assert time.monotonic() - begin < 10
+    assert gpu.processes.exit_status(-15) == 143
     t = [1000.0]
     _, session = _session(tmp_path, "--deadline-minutes", "1", now=lambda: t[0])
     assert session.limit(600, log, ["sh", "-c", "printf 'a\\rb\\n\\nc\\n'"]) == 0  # limit: 60 - 20 s
@@ -401,7 +412,7 @@ def test_commands_run_with_time_limits(tmp_path, monkeypatch, capsys):
 
 def test_session_helpers(tmp_path):
     """The tiny corpora, the run's progress line, checkpoints in number order, log tails, processes' liveness."""
-    gpu_session = _gpu_session()
+    gpu = _gpu()
     data = tmp_path / "data"
     for folder in ("ntrex128", "sib200/eng_Latn", "multi30k"):
         (data / folder).mkdir(parents=True)
@@ -413,8 +424,8 @@ def test_session_helpers(tmp_path):
     (data / "ntrex128").chmod(0o555)
     (data / "ntrex128" / "newstest.eng.txt").chmod(0o444)
     tiny = tmp_path / "tiny"
-    gpu_session.make_tiny_data(data, tiny)
-    gpu_session.make_tiny_data(data, tiny)  # made again over the first
+    gpu.data.make_tiny_data(data, tiny)
+    gpu.data.make_tiny_data(data, tiny)  # made again over the first
     count = {p.relative_to(tiny).as_posix(): len(p.read_bytes().splitlines()) for p in tiny.rglob("*.t*")}
     assert count["ntrex128/newstest.eng.txt"] == count["ntrex128/DOCUMENT_IDS.tsv"] == 300
     sib = [count[f"sib200/eng_Latn/{n}.tsv"] for n in ("train", "dev", "test")]
@@ -424,36 +435,36 @@ def test_session_helpers(tmp_path):
     run = tmp_path / "run"
     for step in (9, 12, 3):
         (run / f"checkpoint-{step}").mkdir(parents=True)
-    assert [p.name for p in gpu_session.checkpoints(run)] == ["checkpoint-3", "checkpoint-9", "checkpoint-12"]
+    assert [p.name for p in gpu.records.checkpoints(run)] == ["checkpoint-3", "checkpoint-9", "checkpoint-12"]
     train_log = tmp_path / "train.log"
-    assert gpu_session.progress(train_log, run) == "no update logged yet | checkpoints: 3"
+    assert gpu.processes.progress(train_log, run) == "no update logged yet | checkpoints: 3"
     train_log.write_text("{'loss': 5.0, 'pairs': 1}\r{'loss': '4.2', 'grad_norm': 1.0, 'pairs': 35, 'epoch': 0.01}\n")
-    assert gpu_session.progress(train_log, run) == "loss: 4.2 pairs: 35 epoch: 0.01 | checkpoints: 3"
+    assert gpu.processes.progress(train_log, run) == "loss: 4.2 pairs: 35 epoch: 0.01 | checkpoints: 3"
     text = "a\r\nrelease: one\n\nError x\nrelease: two\nlast " + "y" * 300
-    assert gpu_session.last_lines(text, 3, 240)[-1] == "last " + "y" * 235
-    assert gpu_session.last_lines(text, 3, 99, r"^release:|Error") == ["release: one", "Error x", "release: two"]
-    done = gpu_session.subprocess.Popen(["true"])
-    gpu_session.time.sleep(0.2)
-    assert not gpu_session.alive(done.pid) and gpu_session.alive(gpu_session.os.getpid())
-    assert not gpu_session.alive(0)
+    assert gpu.processes.last_lines(text, 3, 240)[-1] == "last " + "y" * 235
+    assert gpu.processes.last_lines(text, 3, 99, r"^release:|Error") == ["release: one", "Error x", "release: two"]
+    done = subprocess.Popen(["true"])
+    time.sleep(0.2)
+    assert not gpu.processes.alive(done.pid) and gpu.processes.alive(os.getpid())
+    assert not gpu.processes.alive(0)
     constraints = tmp_path / "constraints.txt"
     constraints.write_text("numpy==2.0\ntorch==2.13.0 ; sys_platform == 'linux'  # the GPU machine's own\n")
-    assert gpu_session.torch_pin(constraints) == "2.13.0"
+    assert gpu.profiles.torch_pin(constraints) == "2.13.0"
 
 
 def test_the_shell_script_is_a_thin_wrapper(tmp_path):
     """``scripts/gpu_session.sh`` keeps its command line and its documented recipes; what it runs is
     ``gpu_session.py run``."""
-    gpu_session = _gpu_session()
-    script = (gpu_session.ROOT / "scripts" / "gpu_session.sh").read_text()
+    gpu = _gpu()
+    script = (gpu.carry.ROOT / "scripts" / "gpu_session.sh").read_text()
     code = [line for line in script.splitlines() if line.strip() and not line.startswith("#")]
     assert code[-1] == 'exec "${PYTHON:-python3}" scripts/gpu_session.py run "$@"' and len(code) <= 4
     for recipe in ("--prepare-release", "HF_TLASER_DATA=/tmp bash", "--stage release --deadline-minutes 9.2"):
         assert recipe in script
-    done = gpu_session.subprocess.run(
-        ["bash", str(gpu_session.ROOT / "scripts/gpu_session.sh"), "--help"], capture_output=True, text=True, timeout=60
+    done = subprocess.run(
+        ["bash", str(gpu.carry.ROOT / "scripts/gpu_session.sh"), "--help"], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0 and done.stdout.startswith("One GPU lease, run-ready")
     assert "--fetch-wheels [DIR]" in done.stdout
-    assert gpu_session.prepare_steps(True)[0] == ["fetch-wheels", ".gpu_carry/wheels", "--no-deepspeed"]
-    assert [step[0] for step in gpu_session.prepare_steps(False)] == ["fetch-wheels", "pack-data", "carry-size"]
+    assert gpu.cli.prepare_steps(True)[0] == ["fetch-wheels", ".gpu_carry/wheels", "--no-deepspeed"]
+    assert [step[0] for step in gpu.cli.prepare_steps(False)] == ["fetch-wheels", "pack-data", "carry-size"]

@@ -17,6 +17,7 @@ from transformers import AutoModel, MarianConfig, MarianMTModel
 
 from hf_tlaser.models.cnv import CNVConfig, CNVModel, SelfAttentiveSummary, cnv_distance_loss
 from hf_tlaser.models.common import rnn
+from tests.tiny_models import NMT_TINY
 
 EN = ["The stock market fell sharply.", "Parliament met on Tuesday.", "A new day begins.", "We thank you."]
 DE = ["Die Börse fiel stark.", "Das Parlament tagte am Dienstag.", "Ein neuer Tag beginnt.", "Wir danken Ihnen."]
@@ -26,15 +27,8 @@ def marian(tokenizer, seed: int) -> MarianMTModel:
     torch.manual_seed(seed)
     config = MarianConfig(
         vocab_size=len(tokenizer),
-        d_model=32,
-        encoder_layers=1,
-        decoder_layers=1,
-        encoder_attention_heads=2,
-        decoder_attention_heads=2,
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
+        **NMT_TINY,
         max_position_embeddings=128,
-        dropout=0.0,
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
         decoder_start_token_id=tokenizer.pad_token_id,

@@ -27,17 +27,8 @@ from hf_tlaser.training.nmt_pair import (
     translate,
 )
 from hf_tlaser.training.presets import NMTPreset, Recipe
+from tests.tiny_models import NMT_TINY, check_ddp_ranks
 
-NMT_TINY = dict(
-    d_model=32,
-    encoder_layers=1,
-    decoder_layers=1,
-    encoder_ffn_dim=64,
-    decoder_ffn_dim=64,
-    encoder_attention_heads=2,
-    decoder_attention_heads=2,
-    dropout=0.0,
-)
 CNV_TINY = ["shared_hidden_size=32", "num_negatives=3"]
 
 
@@ -246,9 +237,7 @@ def test_cnv_trains_under_two_process_ddp(tmp_path, nmt_pair):
     identical across ranks and the frozen NMT pair is unchanged."""
     out = tmp_path / "ddp"
     pair = ",".join(str(folder) for folder in nmt_pair)
-    ranks = launch_ddp(out, cnv_args(out, "--nmt-pair", pair, "--max-steps", "3"))
-    assert ranks[0]["world_size"] == 2 and ranks[0]["checksum"] == ranks[1]["checksum"]
-    assert ranks[0]["seen"] != ranks[1]["seen"]  # each rank its own micro-batches
+    check_ddp_ranks(launch_ddp(out, cnv_args(out, "--nmt-pair", pair, "--max-steps", "3")))
     trained = CNVModel.from_pretrained(out)
     for lang, folder in zip(("en", "de"), nmt_pair):
         original = AutoModelForSeq2SeqLM.from_pretrained(folder).state_dict()

@@ -25,6 +25,8 @@ from hf_tlaser.data import (
 from hf_tlaser.tokenization import train_tokenizer
 
 MAX_TOKENS = 600
+BATCH_KEYS = {"input_ids", "attention_mask", "labels", "tgt_lang", "group_index"}
+"""The keys of every collated batch: pair mode adds the target encodings, multi-way mode the pair indices."""
 
 
 @pytest.fixture(scope="module")
@@ -56,15 +58,7 @@ def test_pair_batches_one_pair_under_budget(corpus, tokenizer, lengths):
     loader = DataLoader(ParallelExamples(corpus), batch_sampler=sampler, collate_fn=collator)
     assert len(loader) == len(sampler) > 50
     for step, batch in enumerate(loader):
-        assert set(batch) == {
-            "input_ids",
-            "attention_mask",
-            "labels",
-            "tgt_lang",
-            "tgt_input_ids",
-            "tgt_attention_mask",
-            "group_index",
-        }
+        assert set(batch) == BATCH_KEYS | {"tgt_input_ids", "tgt_attention_mask"}
         assert (batch["group_index"] <= torch.arange(batch["labels"].shape[0])).all()  # each pair its own, or merged
         assert batch["input_ids"].numel() <= MAX_TOKENS and batch["tgt_input_ids"].numel() <= MAX_TOKENS
         assert batch["labels"].numel() <= MAX_TOKENS and batch["tgt_lang"].unique().numel() == 1
@@ -145,15 +139,7 @@ def test_multiway_batches(corpus, tokenizer, lengths):
     )
     directions = Counter()
     for step, batch in enumerate(loader):
-        assert set(batch) == {
-            "input_ids",
-            "attention_mask",
-            "labels",
-            "tgt_lang",
-            "src_index",
-            "pair_index",
-            "group_index",
-        }
+        assert set(batch) == BATCH_KEYS | {"src_index", "pair_index"}
         assert batch["input_ids"].numel() <= MAX_TOKENS and batch["labels"].numel() <= MAX_TOKENS
         n, t = batch["input_ids"].shape[0], batch["labels"].shape[0]
         assert batch["pair_index"].shape == (t, 2) and torch.equal(batch["pair_index"][:, 0], batch["src_index"])

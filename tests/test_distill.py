@@ -17,7 +17,7 @@ from ddp_launch import launch_ddp
 from fresh_process import auto_model_vectors
 
 import hf_tlaser
-from hf_tlaser.losses import distill_loss
+from hf_tlaser.models.common.losses import distill_loss
 from hf_tlaser.teachers.cli import main as teachers_main
 from hf_tlaser.training.cli import main
 from hf_tlaser.training.distill import DistillCollator, pivot_of_group, pivot_of_pair

@@ -19,7 +19,6 @@ from hf_tlaser.cli import main as hf_tlaser_main
 from hf_tlaser.errors import UsageError
 from hf_tlaser.inference import EmbeddingsWriter, check_compatible, read_embeddings
 from hf_tlaser.inference.lines import plan_lines
-from hf_tlaser.model_folders import load_encoder
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +43,7 @@ def embed(model, source, output, *extra) -> int:
 def test_one_run_gives_the_model_vectors_and_counts(tlaser_folder, input_file, lines, tmp_path, capsys):
     assert embed(tlaser_folder, input_file, tmp_path / "out.npy") == 0
     vectors, meta = read_embeddings(tmp_path / "out.npy")
-    model, tokenizer = load_encoder(tlaser_folder)
+    model, tokenizer = hf_tlaser.load_model(tlaser_folder, backend="torch")
     expected = hf_tlaser.encode(model, tokenizer, lines, truncation=True, autocast_dtype=None, device="cpu")
     assert isinstance(vectors, np.memmap) and vectors.dtype == np.float32
     np.testing.assert_allclose(vectors, expected, atol=2e-5)
@@ -178,7 +177,7 @@ def test_documents_modes_match_encode(mode, tlaser_folder, newstest_lines, tmp_p
     source.write_text("\n".join(documents) + "\n", encoding="utf-8")
     assert embed(tlaser_folder, source, tmp_path / "docs.npy", "--documents", mode) == 0
     vectors, meta = read_embeddings(tmp_path / "docs.npy")
-    model, tokenizer = load_encoder(tlaser_folder)
+    model, tokenizer = hf_tlaser.load_model(tlaser_folder, backend="torch")
     expected = hf_tlaser.encode(
         model, tokenizer, documents, documents=True, document_mode=mode, truncation=True, autocast_dtype=None
     )

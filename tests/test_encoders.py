@@ -1,6 +1,6 @@
 """The one embedding layer (``hf_tlaser.encoders``, issue 49): every SPEC loads into an ``Encoder``; an hf_tlaser
 model gives what ``hf_tlaser.encode`` gives, per language for cNV-like models too; the document policy is one
-function; the teachers' old names read through with a deprecation warning."""
+function."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import pytest
 import torch
 
 import hf_tlaser
-from hf_tlaser import encoders, teachers
+from hf_tlaser import encoders
 from hf_tlaser.encoders import Encoder, HfTlaserEncoder, SentenceTransformerEncoder, VectorsEncoder, load
 from hf_tlaser.encoding import DOCUMENT_WORDS, embed_documents
 from hf_tlaser.errors import UsageError
-from hf_tlaser.model_folders import load_encoder
+from hf_tlaser.teachers import targets
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +40,7 @@ def test_every_spec_is_an_encoder_with_its_fingerprint(tlaser_folder, st_folder,
 
 
 def test_an_hf_tlaser_encoder_gives_what_hf_tlaser_encode_gives(tlaser_folder, texts):
-    model, tokenizer = load_encoder(tlaser_folder)
+    model, tokenizer = hf_tlaser.load_model(tlaser_folder, backend="torch")
     expected = hf_tlaser.encode(model, tokenizer, texts, truncation=True, autocast_dtype=None, device="cpu")
     in_memory = HfTlaserEncoder(model, tokenizer, "cpu")
     np.testing.assert_array_equal(in_memory(texts), expected)
@@ -81,20 +81,8 @@ def test_the_document_policy_counts_what_it_truncates():
     assert not truncated.any() and len(seen[-1][0].split()) == DOCUMENT_WORDS + 5
 
 
-@pytest.mark.parametrize("old", ["HfTlaserTeacher", "SentenceTransformerTeacher", "VectorsTeacher"])
-def test_the_teachers_old_class_names_are_deprecated_aliases(old):
-    new = old.replace("Teacher", "Encoder")
-    with pytest.warns(
-        DeprecationWarning, match=f"hf_tlaser.teachers.{old} is deprecated; use hf_tlaser.encoders.{new}"
-    ):
-        alias = getattr(teachers, old)
-    assert alias is getattr(encoders, new) and issubclass(alias, Encoder)
-    with pytest.raises(AttributeError):
-        teachers.NoSuchTeacher  # noqa: B018
-
-
 def test_a_teacher_is_an_encoder_named_by_its_flag(tlaser_folder, tmp_path):
-    teacher = teachers.load_teacher(str(tlaser_folder), device="cpu", precision="fp32")
-    assert isinstance(teacher, teachers.Teacher) and teachers.Teacher is Encoder
+    teacher = targets.load_teacher(str(tlaser_folder), device="cpu", precision="fp32")
+    assert isinstance(teacher, targets.Teacher) and targets.Teacher is Encoder
     with pytest.raises(UsageError, match=r"^--teacher '"):
-        teachers.load_teacher(str(tmp_path / "nothing"))
+        targets.load_teacher(str(tmp_path / "nothing"))

@@ -6,8 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from hf_tlaser.evaluation import ClassifierConfig, TransferResult, select_epoch, zero_shot_transfer
-from hf_tlaser.evaluation.classifier import _BatchedMLP
+from hf_tlaser.evaluation.classifier import (
+    ClassifierConfig,
+    TransferResult,
+    _BatchedMLP,
+    select_epoch,
+    zero_shot_transfer,
+)
 
 
 def test_select_epoch_ties_go_to_later_epoch():

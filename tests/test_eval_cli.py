@@ -17,7 +17,8 @@ from test_eval_reports import toy_embed
 import hf_tlaser
 from hf_tlaser import LaserConfig, LaserForTranslation, TLaserConfig, TLaserForTranslation, save_tokenizer
 from hf_tlaser.encoders import HfTlaserEncoder
-from hf_tlaser.evaluation import cli, laser_mldoc_cleanup
+from hf_tlaser.encoding import laser_mldoc_cleanup
+from hf_tlaser.evaluation import cli
 from hf_tlaser.evaluation.cli import main, summarize
 from hf_tlaser.evaluation.suite import lexical_reference
 

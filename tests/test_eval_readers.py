@@ -6,8 +6,8 @@ from collections import Counter
 
 import pytest
 
-from hf_tlaser.evaluation import (
-    laser_mldoc_cleanup,
+from hf_tlaser.encoding import laser_mldoc_cleanup
+from hf_tlaser.evaluation.readers import (
     read_flores_devtest,
     read_mldoc,
     read_mldoc_file,

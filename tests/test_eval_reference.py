@@ -20,7 +20,6 @@ from hf_tlaser.evaluation import cli
 from hf_tlaser.evaluation.cli import main
 from hf_tlaser.evaluation.retrieval import xsim
 from hf_tlaser.evaluation.suite import lexical_reference
-from hf_tlaser.model_folders import load_encoder
 from tests.tiny_models import make_st_model
 
 
@@ -92,7 +91,7 @@ def test_cross_model_row_searches_reference_targets_with_model_queries(evaluated
     assert cross["langs"] == ["de", "en"] and cross["xsim"][0][0] is None
     de = (small_sets / "dev.de").read_text().splitlines()
     en = (small_sets / "dev.en").read_text().splitlines()
-    model, tokenizer = load_encoder(model_dir)
+    model, tokenizer = hf_tlaser.load_model(model_dir, backend="torch")
     queries = hf_tlaser.encode(model, tokenizer, de, truncation=True, autocast_dtype=None, device="cpu")
     targets = SentenceTransformer(str(references[0]), device="cpu").encode(en, prompt="query: ")
     targets = targets.astype(np.float16).astype(np.float32)  # as the cache stores them

@@ -9,19 +9,13 @@ import zlib
 import numpy as np
 import pytest
 
-from hf_tlaser.evaluation import (
-    ClassifierConfig,
-    evaluate_classification,
-    evaluate_retrieval,
-    markdown_table,
-    plot_embeddings,
-    plot_heatmap,
-    plot_training_curves,
-    run_suite,
-    write_report,
-)
 from hf_tlaser.evaluation import plots as plots_module
-from hf_tlaser.evaluation.suite import Reference, lexical_reference
+from hf_tlaser.evaluation.classifier import ClassifierConfig
+from hf_tlaser.evaluation.plots import plot_embeddings, plot_heatmap, plot_training_curves
+from hf_tlaser.evaluation.report import markdown_table, write_report
+from hf_tlaser.evaluation.suite import Reference, lexical_reference, run_suite
+from hf_tlaser.evaluation.suite_classification import evaluate_classification
+from hf_tlaser.evaluation.suite_retrieval import evaluate_retrieval
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

@@ -7,7 +7,9 @@ import pytest
 import torch
 
 from hf_tlaser.bitext.knn import faiss_available, knn
-from hf_tlaser.evaluation import load_metric, mine, precision_at_1, xsim, xsim_both, xsim_matrix
+from hf_tlaser.bitext.mining import mine
+from hf_tlaser.evaluation.metrics import load_metric
+from hf_tlaser.evaluation.retrieval import precision_at_1, xsim, xsim_both, xsim_matrix
 
 S3 = 1 / np.sqrt(3)
 # Sources are the unit axes; target 0 is a hub (equally close to every source), target 1 is a poor

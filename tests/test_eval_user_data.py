@@ -16,9 +16,12 @@ from test_eval_reports import toy_embed
 
 from hf_tlaser.data.corpora import NTREX_LANGUAGES
 from hf_tlaser.errors import UsageError
-from hf_tlaser.evaluation import ClassifierConfig, evaluate_classification, evaluate_retrieval, read_ntrex128
+from hf_tlaser.evaluation.classifier import ClassifierConfig
 from hf_tlaser.evaluation.cli import main
+from hf_tlaser.evaluation.readers import read_ntrex128
 from hf_tlaser.evaluation.suite import file_name
+from hf_tlaser.evaluation.suite_classification import evaluate_classification
+from hf_tlaser.evaluation.suite_retrieval import evaluate_retrieval
 from hf_tlaser.evaluation.user_sets import read_classification_spec
 
 SIZES = {"train": 60, "dev": 20, "test": 40}

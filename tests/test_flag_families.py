@@ -46,30 +46,28 @@ VALUES = {
 }
 """The values of a flag that only some families take."""
 SAMPLES = {
-    "pivots": ["--pivots", "de"],
-    "streaming": ["--streaming"],
-    "shuffle_buffer": ["--shuffle-buffer", "5"],
-    "tokenizer": ["--tokenizer", "/nonexistent/tok"],
-    "nmt_steps": ["--nmt-steps", "3"],
-    "nmt_pair": ["--nmt-pair", "/nonexistent/a,/nonexistent/b"],
-    "teacher": ["--teacher", "/nonexistent/teacher"],
-    "distill_weight": ["--distill-weight", "0.5"],
-    "teacher_cache": ["--teacher-cache", "none"],
-    "cluster_model": ["--cluster-model", "/nonexistent/model"],
-    "cluster_size": ["--cluster-size", "8"],
-    "cluster_pool": ["--cluster-pool", "100"],
-    "init_from": ["--init-from", "/nonexistent/backbone"],
-    "init_layers": ["--init-layers", "6"],
-    "freeze_word_embeddings": ["--freeze-word-embeddings"],
-    "freeze_layers": ["--freeze-layers", "1"],
-    "pooling": ["--pooling", "mean"],
-    "decoder_vocab": ["--decoder-vocab", "full"],
-    "freeze_encoder_steps": ["--freeze-encoder-steps", "2"],
-    "encoder_lr": ["--encoder-lr", "1e-4"],
-    ("batching", "multiway"): ["--batching", "multiway"],
-    ("batch_composition", "cluster"): ["--batch-composition", "cluster"],
+    "pivots": "de",
+    "streaming": None,
+    "shuffle_buffer": "5",
+    "tokenizer": "/nonexistent/tok",
+    "nmt_steps": "3",
+    "nmt_pair": "/nonexistent/a,/nonexistent/b",
+    "teacher": "/nonexistent/teacher",
+    "distill_weight": "0.5",
+    "teacher_cache": "none",
+    "cluster_model": "/nonexistent/model",
+    "cluster_size": "8",
+    "cluster_pool": "100",
+    "init_from": "/nonexistent/backbone",
+    "init_layers": "6",
+    "freeze_word_embeddings": None,
+    "freeze_layers": "1",
+    "pooling": "mean",
+    "decoder_vocab": "full",
+    "freeze_encoder_steps": "2",
+    "encoder_lr": "1e-4",
 }
-"""A value other than the default, for each row of the table."""
+"""A value other than the default for each flag of ``TAKES`` (``None``: a switch); a row of ``VALUES`` names its own."""
 NO_DATA = "/nonexistent/corpora"
 REFUSED = [(flag, model) for flag, takers in {**TAKES, **VALUES}.items() for model in MODELS if model not in takers]
 
@@ -77,6 +75,13 @@ REFUSED = [(flag, model) for flag, takers in {**TAKES, **VALUES}.items() for mod
 def flag_text(flag: str | tuple[str, str]) -> str:
     name, value = flag if isinstance(flag, tuple) else (flag, None)
     return f"--{name.replace('_', '-')}" + (f" {value}" if value else "")
+
+
+def sample_argv(flag: str | tuple[str, str]) -> list[str]:
+    """``flag`` given with a value other than its default: its ``SAMPLES`` value, or the value its ``VALUES`` row
+    names."""
+    value = None if isinstance(flag, tuple) else SAMPLES[flag]
+    return flag_text(flag).split() + ([] if value is None else [value])
 
 
 def error_lines(capsys) -> list[str]:
@@ -93,14 +98,14 @@ def test_every_flag_declares_its_families():
     assert {name: meta["families"] for name, meta in declared.items() if meta["families"] != MODELS} == TAKES
     values = {(name, value): takers for name, meta in declared.items() for value, takers in meta["values"].items()}
     assert values == VALUES
-    assert set(SAMPLES) == set(TAKES) | set(VALUES)
+    assert set(SAMPLES) == set(TAKES)
 
 
 @pytest.mark.parametrize(("flag", "model"), REFUSED, ids=[f"{flag_text(f)}-{m}" for f, m in REFUSED])
 def test_a_family_refuses_a_flag_it_does_not_take(tmp_path, capsys, flag, model):
     """One line naming the flag, the family and the families that take it, before the (missing) data dir is read."""
     out = tmp_path / "out"
-    argv = ["--model", model, "--output-dir", str(out), "--data-dir", NO_DATA, *SAMPLES[flag]]
+    argv = ["--model", model, "--output-dir", str(out), "--data-dir", NO_DATA, *sample_argv(flag)]
     assert main(argv) == 2
     takers = ", ".join(TAKES.get(flag) or VALUES[flag])
     expected = f"hf-tlaser train: error: {flag_text(flag)} is an option of --model {takers}, not of --model {model}"
@@ -125,7 +130,7 @@ def test_a_family_refuses_a_flag_it_does_not_take(tmp_path, capsys, flag, model)
 def test_a_family_takes_its_flags(tmp_path, capsys, flag, model):
     """Past the family check: the run stops at the next cheap check, the missing data dir."""
     argv = ["--model", model, "--output-dir", str(tmp_path / "out"), "--data-dir", NO_DATA, "--pairs", "de-en"]
-    assert main(argv + SAMPLES[flag]) == 2
+    assert main(argv + sample_argv(flag)) == 2
     (line,) = error_lines(capsys)
     assert f"data dir {NO_DATA}" in line, line
 

@@ -14,7 +14,7 @@ import torch
 
 from hf_tlaser.data import PairBatchSampler, TranslationCollator
 from hf_tlaser.data.collator import merge_shared_texts
-from hf_tlaser.losses import align_loss, sample_negatives
+from hf_tlaser.models.common.losses import align_loss, sample_negatives
 from hf_tlaser.training.cli import main
 from hf_tlaser.training.hard_negatives import cluster_rows, in_batch_cosine, pool_rows
 from tests.test_distill import distill_args

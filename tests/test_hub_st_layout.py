@@ -20,7 +20,7 @@ from hf_tlaser import (
     save_tokenizer,
 )
 from hf_tlaser.hub import add_sentence_transformers_files
-from hf_tlaser.hub.st_layout import has_sentence_transformers_files
+from hf_tlaser.models.common.st_folder import has_sentence_transformers_files
 
 TEXTS = ["Hello world.", "A much longer sentence about the markets, the economy and the weather.", ""]
 

@@ -15,49 +15,16 @@ import torch
 from hf_tlaser.hardware import cpu_bf16_native, cpu_capability
 from hf_tlaser.models.common import rnn
 from hf_tlaser.models.laser import LaserConfig, LaserForTranslation, LaserModel
+from tests.tiny_models import EOS, PAD, STR_TAG, TINY_CONFIG, encoder_batch, label_batch
 
 NATIVE_BF16 = cpu_bf16_native()
 
-PAD, EOS, STR_TAG = 0, 2, 3
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny LSTMs run much faster on one thread, especially on a shared CPU."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tiny_config(**overrides) -> LaserConfig:
-    values = dict(
-        vocab_size=100,
-        embed_dim=16,
-        lstm_hidden_size=8,
-        decoder_hidden_size=32,
-        lang_embed_dim=4,
-        dropout=0.0,
-        max_position_embeddings=32,
-        distance_negatives=3,
-    )
-    values.update(overrides)
-    return LaserConfig(**values)
-
-
-def encoder_batch(sentences: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-padded ``STR_TAG tokens </s>`` ids and mask."""
-    rows = [[STR_TAG, *s, EOS] for s in sentences]
-    width = max(map(len, rows))
-    ids = torch.tensor([r + [PAD] * (width - len(r)) for r in rows])
-    return ids, ids.ne(PAD).long()
-
-
-def label_batch(sentences: list[list[int]]) -> torch.Tensor:
-    """``tokens </s>`` padded with -100."""
-    rows = [[*s, EOS] for s in sentences]
-    width = max(map(len, rows))
-    return torch.tensor([r + [-100] * (width - len(r)) for r in rows])
+    values = dict(embed_dim=16, lstm_hidden_size=8, decoder_hidden_size=32, lang_embed_dim=4, distance_negatives=3)
+    return LaserConfig(**{**TINY_CONFIG, **values, **overrides})
 
 
 SOURCES = [[10, 11, 12], [13, 14], [15, 16, 17, 18], [19, 20, 21, 22, 23]]

@@ -22,40 +22,14 @@ from hf_tlaser.models.ldt import (
     xtr_labels,
 )
 from tests.fresh_process import auto_model_vectors
+from tests.tiny_models import PAD, SOURCES, STR_TAG, TARGETS, TINY_CONFIG, encoder_batch, pair_batch
 
-PAD, UNK, EOS, STR_TAG = 0, 1, 2, 3
 TEXTS = ["Die Prager Börse stürzt.", "", "El parlamento europeo aprobó la ley."]
 
 
 def tiny_config(**overrides) -> LDTConfig:
-    values = dict(
-        vocab_size=100,
-        hidden_size=32,
-        num_attention_heads=4,
-        intermediate_size=64,
-        dropout=0.0,
-        attention_dropout=0.0,
-        max_position_embeddings=32,
-    )
-    return LDTConfig(**{**values, **overrides})
-
-
-def encoder_batch(sentences: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-padded ``STR_TAG tokens </s>`` ids and mask."""
-    rows = [[STR_TAG, *s, EOS] for s in sentences]
-    width = max(map(len, rows))
-    ids = torch.tensor([r + [PAD] * (width - len(r)) for r in rows])
-    return ids, ids.ne(PAD).long()
-
-
-SOURCES = [[10, 11, 12], [13, 14], [15, 16, 17, 18]]
-TARGETS = [[30, 31, 32, 33], [34, 35], [36, 37, 38]]
-
-
-def pair_batch(sources=SOURCES, targets=TARGETS) -> dict:
-    ids, mask = encoder_batch(sources)
-    tgt_ids, tgt_mask = encoder_batch(targets)
-    return dict(input_ids=ids, attention_mask=mask, tgt_input_ids=tgt_ids, tgt_attention_mask=tgt_mask)
+    values = dict(hidden_size=32, num_attention_heads=4, intermediate_size=64, attention_dropout=0.0)
+    return LDTConfig(**{**TINY_CONFIG, **values, **overrides})
 
 
 def test_paper_defaults_and_parameter_count():

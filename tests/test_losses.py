@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from hf_tlaser.losses import (
+from hf_tlaser.models.common.losses import (
     align_loss,
     centered_pair_cosine,
     distance_constraint_loss,

@@ -385,7 +385,7 @@ def test_mine_with_a_model_equals_embed_then_mine(tmp_path, newstest_lines, toke
 def test_write_bitexts_goes_through_the_one_tsv_writer(tmp_path):
     """``hf_tlaser.evaluation.write_bitexts`` wrote a text's tab or line break as is, breaking its row; it now writes
     through ``write_tsv`` as ``hf-tlaser mine`` does: three columns a row, indices where no texts are given."""
-    from hf_tlaser.evaluation import write_bitexts
+    from hf_tlaser.bitext.mining import write_bitexts
 
     path = write_bitexts([(1.25, 0, 1), (1.0, 1, 0)], tmp_path / "new" / "pairs.tsv", ["a\tb", "c"], ["x", "y\u2028z"])
     assert path.read_text(encoding="utf-8") == "1.250000\ta b\ty z\n1.000000\tc\tx\n"

@@ -22,6 +22,7 @@ from hf_tlaser.bitext.texts import lines_at, read_texts
 from hf_tlaser.inference import mine, pipeline
 from hf_tlaser.inference.store import StackedRows
 from hf_tlaser.inference.work import Work, file_identity, shard_bounds, write_atomic
+from tests.test_train_cli_errors import usage_errors
 
 pytest.importorskip("faiss")
 pytest.importorskip("submitit")
@@ -170,20 +171,19 @@ def test_a_work_folder_of_another_pipeline_is_refused(corpus, tmp_path, capsys):
     assert "holds the stages of another pipeline (it differs in shards)" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(
-    ("extra", "message"),
-    [
-        (["--launcher", "slurm"], "--launcher slurm: no sbatch on this machine's PATH"),
-        (["--stage", "fetch"], "--stage fetch: expected some of lines, unique, train, populate, search, margin, mine"),
-        (["--shards", "0"], "--shards 0: must be at least 1"),
-        (["--model", "x"], "--model: the pipeline mines hf-tlaser embed outputs"),
-    ],
+@usage_errors(
+    {
+        "--launcher slurm": "--launcher slurm: no sbatch on this machine's PATH",
+        "--stage fetch": "--stage fetch: expected some of lines, unique, train, populate, search, margin, mine",
+        "--shards 0": "--shards 0: must be at least 1",
+        "--model x": "--model: the pipeline mines hf-tlaser embed outputs",
+    }
 )
-def test_bad_arguments_are_one_line_before_any_work(corpus, tmp_path, capsys, monkeypatch, extra, message):
+def test_bad_arguments_are_one_line_before_any_work(corpus, tmp_path, capsys, monkeypatch, extra, expected):
     monkeypatch.setattr(pipeline.shutil, "which", lambda name: None)
     assert pipeline.main([*staged(corpus, tmp_path), *extra, "--output", str(tmp_path / "p.tsv")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and message in err[0]
+    assert len(err) == 1 and expected in err[0]
     assert not (tmp_path / "work").exists() and not (tmp_path / "p.tsv").exists()
 
 

@@ -17,8 +17,8 @@ from hf_tlaser.data import (
     load_corpora,
     sentence_lengths,
 )
-from hf_tlaser.losses import sample_negatives, unique_pairs
 from hf_tlaser.models.common import losses as shared_losses
+from hf_tlaser.models.common.losses import sample_negatives, unique_pairs
 
 MAX_TOKENS = 2000
 NUM_NEGATIVES = 20

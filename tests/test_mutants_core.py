@@ -17,10 +17,12 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, XLMRobertaConfig
 
 from hf_tlaser import TLaserConfig, TLaserForTranslation
-from hf_tlaser.encoders.vectors import KEY_DTYPE
+from hf_tlaser.encoders.vectors import KEY_DTYPE, text_keys, write_vectors
 from hf_tlaser.errors import UsageError
+from hf_tlaser.model_folders import model_folder
 from hf_tlaser.models.ldt.modeling_ldt import xtr_labels
-from hf_tlaser.teachers import Teacher, TeacherCache, load_teacher, model_folder, text_keys, write_vectors
+from hf_tlaser.teachers.cache import TeacherCache
+from hf_tlaser.teachers.targets import Teacher, load_teacher
 from hf_tlaser.training.distill import DistillCollator, pivot_of_group
 from hf_tlaser.training.trainer import DISTILL_INPUTS
 from hf_tlaser.training.warm import backbone_overrides, check_backbone, sentence_transformers_parts

@@ -24,7 +24,7 @@ from hf_tlaser.errors import UsageError
 from hf_tlaser.guards import OutputLock
 from hf_tlaser.inference import mine, store
 from hf_tlaser.inference.store import EmbeddingsWriter, describe, partial_paths, read_embeddings, sidecar_path
-from hf_tlaser.teachers import load_teacher
+from hf_tlaser.teachers.targets import load_teacher
 from tests.test_mine import write_embeddings
 from tests.tiny_models import st_modules
 

@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader
 from hf_tlaser import TLaserConfig, TLaserForTranslation
 from hf_tlaser.data import MultiwayBatchSampler, ParallelExamples, TranslationCollator, load_corpora, sentence_lengths
 from hf_tlaser.data.collator import language_keys, text_key, text_keys
-from hf_tlaser.losses import NegativeMemory, align_loss
+from hf_tlaser.models.common.losses import NegativeMemory, align_loss
 from hf_tlaser.training.trainer import MEMORY_STATE, NegativeMemoryCallback
 
 torch.manual_seed(0)
@@ -219,7 +219,7 @@ def test_checkpoint_keeps_the_memory_for_the_resumed_run(tmp_path):
 
 
 def test_model_card_names_the_levers():
-    from hf_tlaser.models.tlaser.family import translation_objective
+    from hf_tlaser.hub.cards import translation_objective
 
     plain = translation_objective({"align_loss_weight": 1.0})
     assert "alignment loss (weight 1.0, per pair)" in plain and "margin" not in plain and "memory" not in plain

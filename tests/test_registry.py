@@ -1,11 +1,11 @@
-"""The family registry: each family declared once (``hf_tlaser/models/<folder>/family.py``: its classes and
-capabilities, its presets, its model card's section), and what the rest of the package derives from it agrees with
-the model classes themselves (the probes that training used to run)."""
+"""The family registry: each family declared once (``hf_tlaser/models/registry.py``: its classes and
+capabilities) with one entry in each table by ``model_type`` (its presets, its training, its model card's section),
+and what the rest of the package derives from it agrees with the model classes themselves (the probes that training
+used to run)."""
 
 from __future__ import annotations
 
 import inspect
-from importlib import import_module
 
 import pytest
 import torch
@@ -16,6 +16,8 @@ from hf_tlaser.hub.model_card import CARD_SECTIONS
 from hf_tlaser.model_folders import MODEL_TYPES
 from hf_tlaser.models.common.pooling import SAVED_WITHOUT_POOLING, pooling_mode
 from hf_tlaser.models.registry import FAMILIES
+from hf_tlaser.training import cnv
+from hf_tlaser.training.cli import TRAININGS, training
 from hf_tlaser.training.presets import (
     BACKBONE_MEMBERS,
     DECODER_VOCAB_MEMBERS,
@@ -23,6 +25,7 @@ from hf_tlaser.training.presets import (
     MEMBERS,
     MODELS,
     MULTIWAY_FAMILIES,
+    PRESETS,
     SIZES,
     TEACHER_HEAD_MEMBERS,
     get_preset,
@@ -31,7 +34,7 @@ from hf_tlaser.training.presets import (
 
 def test_every_family_has_one_entry_everywhere():
     assert MODEL_TYPES == tuple(FAMILIES) == ("tlaser", "laser", "cnv", "yu2018", "ldt")
-    assert tuple(CARD_SECTIONS) == tuple(FAMILIES)
+    assert tuple(CARD_SECTIONS) == tuple(PRESETS) == tuple(TRAININGS) == tuple(FAMILIES)
     # every family has members, listed family after family in the registry's order
     assert tuple(dict.fromkeys(member.family.model_type for member in MEMBERS.values())) == tuple(FAMILIES)
     # a family's pooling is its config's (saved with it, read by the folder's own code), exportability its Family's
@@ -55,12 +58,12 @@ def test_member_lists_follow_the_registry():
 @pytest.mark.parametrize("model", MODELS)
 def test_every_member_has_every_size(model):
     """Each family's presets cover every size with config kwargs its config takes and ``Recipe`` fields (cNV: and
-    its NMT pair's), and the training it names checks a plan and trains from it."""
-    presets = MEMBERS[model].family.presets
+    its NMT pair's), and its training checks a plan and trains from it."""
+    presets = MEMBERS[model].presets
     assert tuple(presets.sizes) == tuple(presets.recipes) == SIZES
-    training = import_module(presets.training)
-    assert callable(training.check) and callable(training.train)
-    assert (presets.nmt is not None) == (presets.training == "hf_tlaser.training.cnv")
+    module = training(model)
+    assert callable(module.check) and callable(module.train)
+    assert (presets.nmt is not None) == (module is cnv)
     assert presets.nmt is None or tuple(presets.nmt) == SIZES
     for size in SIZES:
         preset = get_preset(model, size)  # builds the Recipe (and NMTPreset): a misspelled field fails here

@@ -297,19 +297,19 @@ def test_read_lines_cuts_a_huge_line_in_bounded_reads(tmp_path):
 
 def test_embed_cuts_a_huge_line_before_tokenising_it(tlaser_folder, tmp_path, monkeypatch):
     """A 10 MB line took 2.36 GB and 38 s: every text was tokenised whole, without truncation."""
-    from hf_tlaser.inference import embed
+    from hf_tlaser.encoders import Encoder
     from hf_tlaser.inference.lines import MAX_LINE_CHARS
 
     source = tmp_path / "in.txt"
     source.write_text("Stocks fall.\n" + "word " * (MAX_LINE_CHARS // 2) + "\nDie Börse fällt.\n", encoding="utf-8")
     longest = []
-    counts = embed.token_counts
+    tokenize = Encoder.tokenize
 
-    def spy(texts, *args, **kwargs):
+    def spy(self, texts, *args, **kwargs):
         longest.append(max(len(text) for text in texts))
-        return counts(texts, *args, **kwargs)
+        return tokenize(self, texts, *args, **kwargs)
 
-    monkeypatch.setattr(embed, "token_counts", spy)
+    monkeypatch.setattr(Encoder, "tokenize", spy)
     assert hf_tlaser_main(embed_args(tlaser_folder, source, tmp_path / "out.npy")) == 0
     meta = json.loads((tmp_path / "out.npy.json").read_text())
     assert (meta["cut"], meta["truncated"], meta["count"]) == (1, 1, 3)

@@ -28,11 +28,12 @@ from hf_tlaser.training import merge as merge_module
 from hf_tlaser.training import trainer as trainer_module
 from hf_tlaser.training.cli import main as train_main
 from hf_tlaser.training.merge import main as merge_main
-from hf_tlaser.training.run import RECORD, START, check_checkpoint, start_record
+from hf_tlaser.training.resume import check_checkpoint
+from hf_tlaser.training.run import RECORD, START, start_record
 from hf_tlaser.training.spec import config_overrides
 from hf_tlaser.training.trainer import MEMORY_STATE, NegativeMemoryCallback
 from tests.test_distill import distill_args
-from tests.test_train_cli_errors import one_error_line, run_args
+from tests.test_train_cli_errors import one_error_line, run_args, usage_errors
 from tests.test_warm_start import train_args
 from tests.tiny_models import make_st_model
 
@@ -255,16 +256,15 @@ def test_a_corpus_with_a_header_and_no_rows_is_one_line(tmp_path, tokenizer_dir,
     assert f"no training batches from --corpora tsv:{corpus} --pairs de-en" in line
 
 
-@pytest.mark.parametrize(
-    ("extra", "expected"),
-    [
-        (["--seed", "2"], "--seed 2 (the run: 1)"),
-        (["--cluster-size", "8"], "--cluster-size 8 (the run: 64)"),
-        (["--max-lines", "40"], "--max-lines 40 (the run: 60)"),
-        (["--corpora", "wmt-newstest-multiway,multi30k"], "(the run: ['wmt-newstest-multiway'])"),
-        (["--pairs", "de-en"], "--pairs de-en (the run: de-en,en-es)"),
-        (["--batching", "multiway"], "--batching multiway (the run: pair)"),
-    ],
+@usage_errors(
+    {
+        "--seed 2": "--seed 2 (the run: 1)",
+        "--cluster-size 8": "--cluster-size 8 (the run: 64)",
+        "--max-lines 40": "--max-lines 40 (the run: 60)",
+        "--corpora wmt-newstest-multiway,multi30k": "(the run: ['wmt-newstest-multiway'])",
+        "--pairs de-en": "--pairs de-en (the run: de-en,en-es)",
+        "--batching multiway": "--batching multiway (the run: pair)",
+    }
 )
 def test_resume_compares_the_whole_plan(memory_run, tmp_path, capsys, extra, expected):
     """Item 5: only the family, preset and streaming were compared; another seed, data or batches was resumed as if

@@ -80,10 +80,10 @@ COMMON = PACKAGE / "models" / "common"
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_no_family_folder_holds_shared_code(family):
-    """A family folder holds its configuration, its model file, its registry entry (``family.py``) and its
-    ``__init__``; nothing else, no alias module."""
+    """A family folder holds its configuration, its model file and its ``__init__``; nothing else, no alias module
+    (its registry entry is in ``models/registry.py``)."""
     names = {p.name for p in (PACKAGE / "models" / family).glob("*.py")}
-    assert names == {"__init__.py", "family.py", f"configuration_{family}.py", f"modeling_{family}.py"}
+    assert names == {"__init__.py", f"configuration_{family}.py", f"modeling_{family}.py"}
 
 
 @pytest.mark.parametrize(("model_class", "family"), CLASSES, ids=lambda v: getattr(v, "__name__", v))

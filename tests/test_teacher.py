@@ -14,20 +14,15 @@ from sentence_transformers import SentenceTransformer
 
 import hf_tlaser
 from hf_tlaser.cli import main as hf_tlaser_main
+from hf_tlaser.encoders.identity import ENV_VAR, folder_fingerprint
+from hf_tlaser.encoders.vectors import write_vectors
 from hf_tlaser.errors import UsageError
-from hf_tlaser.model_folders import load_encoder
-from hf_tlaser.teachers import (
-    ENV_VAR,
-    EVAL_PROMPTS,
-    TRAIN_PROMPTS,
-    TeacherCache,
-    folder_fingerprint,
-    load_teacher,
-    teacher_texts,
-    write_vectors,
-)
+from hf_tlaser.model_folders import EVAL_PROMPTS
 from hf_tlaser.teachers import cache as cache_module
 from hf_tlaser.teachers import cli as teachers_cli
+from hf_tlaser.teachers.cache import TeacherCache
+from hf_tlaser.teachers.cli import teacher_texts
+from hf_tlaser.teachers.targets import TRAIN_PROMPTS, load_teacher
 from tests.tiny_models import make_st_model
 
 
@@ -77,7 +72,7 @@ def test_hf_tlaser_teacher_encodes_with_hf_tlaser(tlaser_folder, texts):
     teacher = load_teacher(str(tlaser_folder), device="cpu", precision="fp32")
     assert (teacher.kind, teacher.dim, teacher.languages, teacher.prompt) == ("hf_tlaser", 32, ["de", "en"], None)
     assert teacher.name == "cT-LASER model"  # model name and folder name
-    model, tok = load_encoder(tlaser_folder)
+    model, tok = hf_tlaser.load_model(tlaser_folder, backend="torch")
     expected = hf_tlaser.encode(model, tok, texts[:5], truncation=True, autocast_dtype=None, device="cpu")
     np.testing.assert_allclose(teacher.encode(texts[:5]), expected, atol=1e-5)
 

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from hf_tlaser.errors import UsageError
-from hf_tlaser.teachers import Teacher, TeacherCache
+from hf_tlaser.teachers.cache import TeacherCache
+from hf_tlaser.teachers.targets import Teacher
 
 DIM = 8
 

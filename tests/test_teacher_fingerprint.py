@@ -15,7 +15,9 @@ import numpy as np
 import pytest
 
 from hf_tlaser.encoders import identity as loading_module
-from hf_tlaser.teachers import ENV_VAR, TeacherCache, folder_fingerprint, load_teacher
+from hf_tlaser.encoders.identity import ENV_VAR, folder_fingerprint
+from hf_tlaser.teachers.cache import TeacherCache
+from hf_tlaser.teachers.targets import load_teacher
 from tests.tiny_models import make_st_model
 
 OLD_SAMPLE, OLD_SAMPLES = 1 << 16, 16

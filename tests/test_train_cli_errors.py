@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import json
 import logging
+import shlex
 import shutil
 import time
 from dataclasses import fields
@@ -39,6 +40,13 @@ def run_args(out: Path, *extra: str, tokenizer_dir: Path | None = None, model: s
     if tokenizer_dir is not None:
         args += ["--tokenizer", str(tokenizer_dir)]
     return args + [f"--set={item}" for item in TINY] + list(extra)
+
+
+def usage_errors(cases: dict[str, str]) -> pytest.MarkDecorator:
+    """Parametrizes a test's ``extra`` and ``expected`` with each of ``cases``: its key's words (split as a shell
+    splits them) and its value, a part of the one error line they give; each case is named by its key."""
+    params = [(shlex.split(words), expected) for words, expected in cases.items()]
+    return pytest.mark.parametrize(("extra", "expected"), params, ids=list(cases))
 
 
 def one_error_line(capsys, rc: int) -> str:
@@ -87,27 +95,26 @@ def finished_run(tmp_path_factory, tokenizer_dir) -> tuple[Path, str]:
     return out, log
 
 
-@pytest.mark.parametrize(
-    ("extra", "expected"),
-    [
-        (["--learning-rate", "-0.001"], "--learning-rate"),
-        (["--set", "num_attention_heads=5"], "not divisible"),
-        (["--set", "distance_mt_weight=-1"], "TLaserConfig: distance_mt_weight=-1 must be >= 0"),
-        (["--set", "no_such_key=1"], "unknown --set key 'no_such_key'; known keys: vocab_size, hidden_size"),
-        (["--set", "hidden_size"], "--set 'hidden_size': expected KEY=VALUE"),
-        (["--pairs", "de-xx"], "--pairs de-xx: no corpus has 'xx' text (the corpora wmt-newstest-multiway have"),
-        (["--pairs", "de-english"], "--pairs: bad language pair 'de-english': bad language code 'english'"),
-        (["--corpora", "tsv:"], "--corpora: corpus spec 'tsv:': nothing after tsv:"),
-        (["--corpora", "files:de=a.de"], "--corpora: corpus spec 'files:de=a.de': files: needs two or more LANG=PATH"),
-        (["--corpora", "hf:x:spilt=train"], "--corpora: corpus spec 'hf:x:spilt=train': unknown option 'spilt'"),
-        (["--corpora", "files:de=/no/a.de:en=/no/a.en"], "--corpora: corpus file /no/a.de does not exist"),
-        (["--corpora", "moses:/no/corpus"], "--corpora: corpus spec 'moses:/no/corpus': no folder /no/corpus and no"),
-        (["--pairs", "deen"], "--pairs: bad language pair 'deen'"),
-        (["--corpora", "europarl"], "--corpora: unknown corpus 'europarl'; known corpora: wmt-newstest-multiway"),
-        (["--data-dir", "/nonexistent/corpora"], "data dir /nonexistent/corpora (from --data-dir / $HF_TLASER_DATA)"),
-        (["--config", "/nonexistent/run.yaml"], "--config /nonexistent/run.yaml"),
-        (["--max-steps", "0"], "--max-steps"),
-    ],
+@usage_errors(
+    {
+        "--learning-rate -0.001": "--learning-rate",
+        "--set num_attention_heads=5": "not divisible",
+        "--set distance_mt_weight=-1": "TLaserConfig: distance_mt_weight=-1 must be >= 0",
+        "--set no_such_key=1": "unknown --set key 'no_such_key'; known keys: vocab_size, hidden_size",
+        "--set hidden_size": "--set 'hidden_size': expected KEY=VALUE",
+        "--pairs de-xx": "--pairs de-xx: no corpus has 'xx' text (the corpora wmt-newstest-multiway have",
+        "--pairs de-english": "--pairs: bad language pair 'de-english': bad language code 'english'",
+        "--corpora tsv:": "--corpora: corpus spec 'tsv:': nothing after tsv:",
+        "--corpora files:de=a.de": "--corpora: corpus spec 'files:de=a.de': files: needs two or more LANG=PATH",
+        "--corpora hf:x:spilt=train": "--corpora: corpus spec 'hf:x:spilt=train': unknown option 'spilt'",
+        "--corpora files:de=/no/a.de:en=/no/a.en": "--corpora: corpus file /no/a.de does not exist",
+        "--corpora moses:/no/corpus": "--corpora: corpus spec 'moses:/no/corpus': no folder /no/corpus and no",
+        "--pairs deen": "--pairs: bad language pair 'deen'",
+        "--corpora europarl": "--corpora: unknown corpus 'europarl'; known corpora: wmt-newstest-multiway",
+        "--data-dir /nonexistent/corpora": "data dir /nonexistent/corpora (from --data-dir / $HF_TLASER_DATA)",
+        "--config /nonexistent/run.yaml": "--config /nonexistent/run.yaml",
+        "--max-steps 0": "--max-steps",
+    }
 )
 def test_cheap_mistakes_fail_before_loading_data(tmp_path, capsys, extra, expected):
     start = time.monotonic()

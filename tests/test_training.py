@@ -69,26 +69,16 @@ def test_inverse_sqrt_without_warmup_starts_at_the_peak():
     assert factors == pytest.approx([1.0, 1.0, 0.5, 0.1])
 
 
+def model_output(num_tokens: int, pairs: int, **parts: float) -> SimpleNamespace:
+    """A micro-batch's model output: ``pairs`` sentence vectors, ``num_tokens`` target tokens and the ``parts``."""
+    tensors = {name: torch.tensor(value) for name, value in parts.items()}
+    return SimpleNamespace(num_tokens=torch.tensor(num_tokens), sentence_embedding=torch.zeros(pairs, 8), **tensors)
+
+
 def test_log_parts_average_over_the_micro_batches_that_have_them():
     parts = LogParts()
-    parts.add(
-        SimpleNamespace(
-            num_tokens=torch.tensor(10),
-            sentence_embedding=torch.zeros(3, 8),
-            loss_mt=torch.tensor(20.0),
-            mean_cosine=torch.tensor(0.9),
-            centered_cosine=torch.tensor(0.2),
-            skipped_pair_losses=torch.tensor(1),
-        )
-    )
-    parts.add(
-        SimpleNamespace(
-            num_tokens=torch.tensor(30),
-            sentence_embedding=torch.zeros(2, 8),
-            loss_mt=torch.tensor(40.0),
-            mean_cosine=torch.tensor(0.7),
-        )
-    )
+    parts.add(model_output(10, 3, loss_mt=20.0, mean_cosine=0.9, centered_cosine=0.2, skipped_pair_losses=1))
+    parts.add(model_output(30, 2, loss_mt=40.0, mean_cosine=0.7))
     logs = parts.flush(seconds=2.0)
     assert logs == pytest.approx(
         {

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from transformers import AutoModel, PreTrainedTokenizerFast
 
 from hf_tlaser.hub.model_card import render_model_card
-from hf_tlaser.losses import sample_negatives
+from hf_tlaser.models.common.losses import sample_negatives
 from hf_tlaser.models.ldt import LDTConfig, LDTForAlignment
 from hf_tlaser.models.tlaser import TLaserConfig, TLaserForTranslation
 from hf_tlaser.training.cli import main

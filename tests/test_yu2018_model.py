@@ -18,66 +18,20 @@ import torch.nn.functional as F
 from hf_tlaser import save_tokenizer
 from hf_tlaser.data import TranslationCollator
 from hf_tlaser.models.yu2018 import Yu2018Config, Yu2018ForTranslation, Yu2018Model
+from tests import tiny_models
+from tests.tiny_models import EOS, PAD, SOURCES, TARGETS, TINY_CONFIG, encoder_batch, label_batch
 
-PAD, EOS, STR_TAG = 0, 2, 3
 LANGS = ["de", "en", "es", "fr", "it"]
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny LSTMs run much faster on one thread, especially on a shared CPU."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tiny_config(**overrides) -> Yu2018Config:
-    values = dict(
-        vocab_size=100,
-        embed_dim=16,
-        encoder_hidden_size=8,
-        hidden_size=12,
-        self_attention_dim=6,
-        decoder_hidden_size=20,
-        dropout=0.0,
-        max_position_embeddings=32,
-    )
-    values.update(overrides)
-    return Yu2018Config(**values)
-
-
-def encoder_batch(sentences: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-padded ``STR_TAG tokens </s>`` ids and mask."""
-    rows = [[STR_TAG, *s, EOS] for s in sentences]
-    width = max(map(len, rows))
-    ids = torch.tensor([r + [PAD] * (width - len(r)) for r in rows])
-    return ids, ids.ne(PAD).long()
-
-
-def label_batch(sentences: list[list[int]]) -> torch.Tensor:
-    """``tokens </s>`` padded with -100."""
-    rows = [[*s, EOS] for s in sentences]
-    width = max(map(len, rows))
-    return torch.tensor([r + [-100] * (width - len(r)) for r in rows])
-
-
-SOURCES = [[10, 11, 12], [13, 14], [15, 16, 17, 18]]
-TARGETS = [[30, 31, 32, 33], [34, 35], [36, 37, 38]]
+    values = dict(embed_dim=16, encoder_hidden_size=8, hidden_size=12, self_attention_dim=6, decoder_hidden_size=20)
+    return Yu2018Config(**{**TINY_CONFIG, **values, **overrides})
 
 
 def pair_batch(sources=SOURCES, targets=TARGETS) -> dict:
-    ids, mask = encoder_batch(sources)
-    tgt_ids, tgt_mask = encoder_batch(targets)
-    return dict(
-        input_ids=ids,
-        attention_mask=mask,
-        tgt_input_ids=tgt_ids,
-        tgt_attention_mask=tgt_mask,
-        labels=label_batch(targets),
-        tgt_lang="en",
-        src_lang="de",
-    )
+    return dict(tiny_models.pair_batch(sources, targets), labels=label_batch(targets), tgt_lang="en", src_lang="de")
 
 
 def test_config_defaults_and_validation():

@@ -1,8 +1,11 @@
 """Tiny random models built in the tests (no downloads): an XLM-R backbone with a BPE of XLM-R's specials and
-template, a BERT sentence-transformers folder with e5's prompts, and a T-LASER folder."""
+template, a BERT sentence-transformers folder with e5's prompts, a T-LASER folder, the widths shared by the model
+tests' tiny configs and their tokenizer-free batches, and the arguments, log and checks of a tiny ``hf-tlaser train``
+run."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -14,6 +17,41 @@ from hf_tlaser import TLaserConfig, TLaserForTranslation, save_tokenizer
 
 SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
 PROMPTS = {"query": "query: ", "passage": "passage: "}
+PAD, EOS, STR_TAG = 0, 2, 3
+"""The ids of ``encoder_batch`` and ``label_batch``: padding, ``</s>`` and the language tag that starts a source."""
+TINY_CONFIG = dict(vocab_size=100, dropout=0.0, max_position_embeddings=32)
+"""What the tiny config of every model test starts from: a 100-id vocabulary, 32 positions, no dropout."""
+NMT_TINY = dict(
+    d_model=32, encoder_layers=1, decoder_layers=1, encoder_ffn_dim=64, decoder_ffn_dim=64, encoder_attention_heads=2,
+    decoder_attention_heads=2, dropout=0.0,
+)  # fmt: skip
+"""The widths of a tiny Marian NMT model (cNV's translation pair): one layer a side, width 32."""
+
+
+def encoder_batch(sentences: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded ``STR_TAG tokens </s>`` ids and mask."""
+    rows = [[STR_TAG, *s, EOS] for s in sentences]
+    width = max(map(len, rows))
+    ids = torch.tensor([r + [PAD] * (width - len(r)) for r in rows])
+    return ids, ids.ne(PAD).long()
+
+
+def label_batch(sentences: list[list[int]]) -> torch.Tensor:
+    """``tokens </s>`` padded with -100."""
+    rows = [[*s, EOS] for s in sentences]
+    width = max(map(len, rows))
+    return torch.tensor([r + [-100] * (width - len(r)) for r in rows])
+
+
+SOURCES = [[10, 11, 12], [13, 14], [15, 16, 17, 18]]
+TARGETS = [[30, 31, 32, 33], [34, 35], [36, 37, 38]]
+
+
+def pair_batch(sources: list[list[int]] = SOURCES, targets: list[list[int]] = TARGETS) -> dict[str, torch.Tensor]:
+    """Both sides of the pairs as ``encoder_batch`` ids and masks (``input_ids``, ``tgt_input_ids`` and masks)."""
+    ids, mask = encoder_batch(sources)
+    tgt_ids, tgt_mask = encoder_batch(targets)
+    return dict(input_ids=ids, attention_mask=mask, tgt_input_ids=tgt_ids, tgt_attention_mask=tgt_mask)
 
 
 def st_modules():
@@ -111,3 +149,39 @@ def save_warm_ctlaser(root: Path, backbone_dir: Path) -> Path:
     member.save_pretrained(root / "warm")
     backbone.tokenizer.save_pretrained(root / "warm")
     return root / "warm"
+
+
+def tiny_run_args(
+    model: str, tiny: list[str], out: Path, tokenizer_dir: Path, *extra: str, max_tokens: int = 1000
+) -> list[str]:
+    """``hf-tlaser train`` arguments of a tiny ``model`` run on 2000 lines of newstest: ``--set`` of each of ``tiny``
+    (``KEY=VALUE``), micro-batches and updates of ``max_tokens``, fp32, seed 3, a log line every update, then
+    ``extra``."""
+    args = [
+        "--model", model, "--preset", "tiny", "--corpora", "wmt-newstest-multiway", "--max-lines", "2000",
+        "--tokenizer", str(tokenizer_dir), "--output-dir", str(out), "--max-tokens", str(max_tokens),
+        "--update-tokens", str(max_tokens), "--warmup-updates", "5", "--learning-rate", "3e-3", "--logging-steps", "1",
+        "--save-steps", "1000", "--precision", "fp32", "--seed", "3",
+    ]  # fmt: skip
+    return args + [f"--set={item}" for item in tiny] + list(extra)
+
+
+def logged_steps(out: Path) -> dict[int, dict]:
+    """The training log lines of the run in ``out`` (``trainer_state.json``), by update."""
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    return {entry["step"]: entry for entry in history if "loss" in entry}
+
+
+def check_saved_encoder(folder: Path, model_type: str, auto_model: str) -> None:
+    """The run in ``folder`` saved a ``model_type`` model that ``AutoModel`` loads as ``auto_model`` (remote code) and
+    sentence-transformers as a sentence encoder (``modules.json``)."""
+    config = json.loads((folder / "config.json").read_text())
+    assert config["model_type"] == model_type and config["auto_map"]["AutoModel"] == auto_model
+    assert (folder / "model.safetensors").exists() and (folder / "modules.json").exists()
+
+
+def check_ddp_ranks(ranks: list[dict]) -> None:
+    """The two ranks' records of a run under DDP (``launch_ddp``): each rank trained on its own micro-batches and the
+    weights stayed identical across ranks."""
+    assert ranks[0]["world_size"] == 2 and ranks[0]["checksum"] == ranks[1]["checksum"]
+    assert ranks[0]["seen"] != ranks[1]["seen"]  # each rank its own micro-batches

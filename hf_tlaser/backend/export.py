@@ -80,12 +80,8 @@ from hf_tlaser.backend.runtime import (
 from hf_tlaser.commands import print_summary, run_command
 from hf_tlaser.errors import UsageError
 from hf_tlaser.guards import check_space, check_writable, refuse_outputs_over_inputs, write_failed
-from hf_tlaser.models.common.pooling import (
-    has_sentence_transformers_files,
-    pool_hidden,
-    pooling_mode,
-    read_model_config,
-)
+from hf_tlaser.models.common.pooling import pool_hidden, pooling_mode
+from hf_tlaser.models.common.st_folder import has_sentence_transformers_files, read_model_config
 
 logger = logging.getLogger(__name__)
 

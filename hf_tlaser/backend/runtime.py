@@ -41,14 +41,8 @@ from hf_tlaser.backend.measured import accepted, read_measured
 from hf_tlaser.errors import UsageError
 from hf_tlaser.hardware import cpu_bf16_native, cpu_capability
 from hf_tlaser.models.common.encode import encode_texts
-from hf_tlaser.models.common.pooling import (
-    head_output_dim,
-    pool_hidden,
-    pooling_mode,
-    read_model_config,
-    saved_head_weights,
-    sentence_head,
-)
+from hf_tlaser.models.common.pooling import head_output_dim, pool_hidden, pooling_mode, sentence_head
+from hf_tlaser.models.common.st_folder import read_model_config, saved_head_weights
 from hf_tlaser.models.registry import FAMILIES
 
 logger = logging.getLogger(__name__)

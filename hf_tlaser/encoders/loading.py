@@ -62,8 +62,13 @@ def load(
     texts: Sequence[str] | None = None,
     argument: str = "--model",
     backend: str = "torch",
+    random_init: bool = False,
+    per_language: bool = False,
+    max_tokens: int = 16000,
 ) -> Encoder:
-    """Load a SPEC (module docstring) into an :class:`~hf_tlaser.encoders.base.Encoder`.
+    """Load a SPEC (module docstring) into an :class:`~hf_tlaser.encoders.base.Encoder`: what ``hf-tlaser embed``,
+    ``mine --model``, ``evaluate`` (its model, random-init and ``--reference`` rows) and the teachers load a model
+    with (an hf_tlaser folder's weights and tokenizer through :func:`hf_tlaser.encoding.load_model`).
 
     ``prompt_name`` (sentence-transformers): ``auto`` takes the first of ``prefer`` the model defines
     (``EVAL_PROMPTS``: e5's ``query: ``), else its default prompt; ``none``
@@ -72,7 +77,10 @@ def load(
     one model in another precision are the same vectors to within rounding). ``revision`` (or ``ID@REVISION``) pins
     a Hub model. ``texts`` checks a ``vectors:`` file against the corpus (row count and texts hash). ``backend``
     runs an hf_tlaser folder's exported files (``hf_tlaser.backend.load_backend``: "auto" chooses only with
-    ``precision`` "auto"); a sentence-transformers model runs in torch.
+    ``precision`` "auto"); a sentence-transformers model runs in torch. An hf_tlaser folder only: ``random_init``
+    gives the same architecture with fresh weights (in torch, no fingerprint), ``per_language`` admits a model with
+    one encoder per language (cNV; its caller gives the language of every text), ``max_tokens`` bounds the padded
+    tokens of its ``encode``'s batches.
 
     ``UsageError`` naming ``argument`` when the SPEC cannot be loaded: a missing folder or file, a folder that is no
     model, an unknown prompt, a cNV model (one encoder per language), a ``vectors:`` file whose files disagree or
@@ -91,7 +99,19 @@ def load(
     device = torch.device(device) if device is not None else default_device()
     config = _read_config(folder / "config.json", where)
     if config is not None and config.get("model_type") in MODEL_TYPES:
-        encoder = load_hf_tlaser(spec, folder, identity, argument, device, precision, batch_size, backend)
+        encoder = load_hf_tlaser(
+            spec,
+            folder,
+            identity,
+            argument,
+            device,
+            precision,
+            batch_size,
+            backend,
+            random_init=random_init,
+            per_language=per_language,
+            max_tokens=max_tokens,
+        )
     elif backend not in ("torch", "auto"):
         raise UsageError(f"{where}: --backend {backend} runs hf_tlaser model folders only; use --backend torch")
     elif config is not None or (folder / "modules.json").is_file():

@@ -17,12 +17,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from transformers import AutoTokenizer
-
-from hf_tlaser.backend.runtime import BACKENDS, load_backend
+from hf_tlaser.backend.runtime import BACKENDS
 from hf_tlaser.commands import run_command
 from hf_tlaser.data.languages import normalize_language
-from hf_tlaser.encoders import HfTlaserEncoder
+from hf_tlaser.encoders import HfTlaserEncoder, load
 from hf_tlaser.encoding import DOCUMENT_WORDS, model_languages
 from hf_tlaser.evaluation.classifier import CLASSIFIERS, ClassifierConfig
 from hf_tlaser.evaluation.lexical import NAME as LEXICAL_NAME
@@ -44,10 +42,11 @@ from hf_tlaser.evaluation.suite import (
 from hf_tlaser.evaluation.user_sets import is_spec
 from hf_tlaser.guards import refuse_outputs_over_inputs
 from hf_tlaser.hardware import PRECISIONS, default_device, resolve_precision
-from hf_tlaser.model_folders import check_model_folder, load_encoder
-from hf_tlaser.teachers import AUTO, EVAL_PROMPTS, NO_CACHE, TeacherCache, load_teacher
+from hf_tlaser.model_folders import AUTO, EVAL_PROMPTS, check_model_folder
+from hf_tlaser.teachers.cache import NO_CACHE, TeacherCache
+from hf_tlaser.teachers.targets import load_teacher
 
-__all__ = ["DOCUMENT_WORDS", "evaluate_model", "load_encoder", "main", "reference_rows", "summarize"]
+__all__ = ["DOCUMENT_WORDS", "evaluate_model", "main", "reference_rows", "summarize"]
 RANDOM_INIT = "random init"
 
 
@@ -149,7 +148,21 @@ def evaluate_model(
     references_read = {f"--reference {spec}": spec for spec in reference_specs if Path(spec).expanduser().exists()}
     refuse_outputs_over_inputs({"--output-dir": output_dir}, {"MODEL_DIR": model_dir, **references_read})
     config = check_model_folder(model_dir)
-    exported = None if random_init else load_backend(model_dir, backend, precision)
+    device = default_device()
+    choice = resolve_precision(precision, device)
+
+    def embedder(untrained: bool) -> HfTlaserEncoder:
+        return load(
+            str(model_dir),
+            device=device,
+            precision=precision,
+            argument="MODEL_DIR",
+            backend="torch" if untrained else backend,
+            random_init=untrained,
+            per_language=True,
+            max_tokens=max_tokens,
+        )
+
     model_langs = model_languages(config)
     if languages is not None:
         langs = list(languages)
@@ -159,26 +172,17 @@ def evaluate_model(
         trained = config.get("training_languages") or []  # recorded by hf-tlaser train (older models: none)
         langs = [*LANGS, *(lang for lang in trained if lang not in LANGS)]
     retrieval_sets = retrieval_sets_for(langs, retrieval_sets) if "retrieval" in suites else ()
-    device = default_device()
-    choice = resolve_precision(precision, device)
     extra_rows = reference_rows(
         reference_specs, prompt_name=reference_prompt, cache_dir=cache_dir, device=device, precision=precision
     )
-
-    def embedder(untrained: bool) -> HfTlaserEncoder:
-        if exported is not None and not untrained:
-            tokenizer = AutoTokenizer.from_pretrained(model_dir)
-            return HfTlaserEncoder(exported, tokenizer, max_tokens=max_tokens)
-        model, tokenizer = load_encoder(model_dir, untrained)
-        return HfTlaserEncoder(model, tokenizer, device, choice.autocast_dtype, max_tokens)
-
+    evaluated = embedder(random_init)
     about = describe_model(model_dir)
     about.update(
         label=f"{about['model']} ({RANDOM_INIT})" if random_init else about["model"],
         weights=RANDOM_INIT if random_init else "trained",
         precision=choice.to_dict(),
         device=str(device),
-        backend=exported.describe() if exported is not None else "torch",
+        backend=evaluated.backend,
         classifier="LASER's MLDoc MLP" if classifier == "mlp" else "linear SVM (LinearSVC, C=1)",
     )
     if model_langs is not None:
@@ -199,7 +203,7 @@ def evaluate_model(
     state = Path(model_dir) / "trainer_state.json"
     out = Path(output_dir) if output_dir else Path(model_dir) / ("eval_random_init" if random_init else "eval")
     return run_suite(
-        embedder(random_init),
+        evaluated,
         out,
         suites=suites,
         data_dir=data_dir,

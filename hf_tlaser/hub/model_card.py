@@ -1,7 +1,7 @@
 """Model card (``README.md``) of a trained hf_tlaser folder, filled from ``config.json``, ``hf_tlaser_train.json``,
 ``trainer_state.json``, ``tokenizer.json`` and the latest evaluation ``results.json``; every part may be missing. Each
-family's part (its tags, summary, details rows and citation) is declared in its folder (``CardSection``,
-``hf_tlaser.models.registry``); what every card shares is here.
+family's part (its tags, summary, details rows and citation) is its ``CardSection`` (``cards.CARD_SECTIONS``); what
+every card shares is here.
 
 Generated cards carry ``GENERATED_MARKER``; ``write_model_card`` regenerates those and keeps a card the user wrote.
 """
@@ -28,13 +28,12 @@ from hf_tlaser.model_folders import (
     read_json,
     sentence_vector_size,
 )
-from hf_tlaser.models.common.pooling import describe_modules
-from hf_tlaser.models.family import CardSection
-from hf_tlaser.models.registry import FAMILIES
+from hf_tlaser.models.common.pooling import describe_modules, pooling_mode
+from hf_tlaser.models.common.st_folder import read_model_config
 from hf_tlaser.version import __version__
 
 from .card_results import eval_results, evaluation_section, load_results
-from .st_layout import pooling_mode, read_model_config
+from .cards import CARD_SECTIONS, CardSection
 
 TEMPLATE = Path(__file__).with_name("model_card_template.md")
 USAGE = Path(__file__).with_name("model_card_usage.md")
@@ -308,10 +307,6 @@ def _limitations(config: dict, train: dict | None, widened: dict | None = None) 
     else:
         items.append("**Data licences:** check the terms of the training corpora (table above) before commercial use.")
     return "\n".join(f"- {item}" for item in items)
-
-
-CARD_SECTIONS: dict[str, CardSection] = {model_type: family.card for model_type, family in FAMILIES.items()}
-"""``model_type`` -> its card section (declared in its folder's ``family.py``, ``hf_tlaser.models.registry``)."""
 
 
 def render_model_card(

@@ -15,9 +15,9 @@ from huggingface_hub.utils import validate_repo_id
 from hf_tlaser.encoding import model_languages
 from hf_tlaser.errors import UsageError
 from hf_tlaser.model_folders import check_model_folder
+from hf_tlaser.models.common.st_folder import add_sentence_transformers_files, read_model_config
 
 from .model_card import write_model_card
-from .st_layout import add_sentence_transformers_files, read_model_config
 
 T = TypeVar("T")
 

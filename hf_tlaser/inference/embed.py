@@ -15,10 +15,12 @@
   vector width the model's files state (:func:`~hf_tlaser.encoders.vector_width`). Before the first line is
   embedded, the free space is checked again for the loaded model's width and the output's blocks are allocated; a
   write error is one line naming the file.
-* Then the lines are read in chunks of ``--chunk-size``; each chunk is tokenized, sorted by length and cut into
-  batches of at most ``--max-tokens`` padded tokens and ``--batch-size`` rows; its vectors are written in input
-  order into ``PATH.partial`` and the chunk is logged as done. ``--resume`` continues a killed run at its first
-  chunk not done; at the end the sidecar is written and the file renamed to ``PATH``.
+* Then the lines are read in chunks of ``--chunk-size``; each chunk is tokenized once (the model's prompt and
+  special tokens included, cut to its token length: :meth:`~hf_tlaser.encoders.Encoder.tokenize`), sorted by
+  length and cut into batches of at most ``--max-tokens`` padded tokens and ``--batch-size`` rows, and those ids go
+  to the model a padded batch at a time (:meth:`~hf_tlaser.encoders.Encoder.embed_ids`); its vectors are written in
+  input order into ``PATH.partial`` and the chunk is logged as done. ``--resume`` continues a killed run at its
+  first chunk not done; at the end the sidecar is written and the file renamed to ``PATH``.
 * ``--shard I/N`` (0-based I) embeds the I-th of N contiguous runs of whole chunks, so that a scheduler's job array
   splits the work (docs/embed_and_mine.md); ``read_embeddings`` joins the shard files.
 * Under ``accelerate launch`` (several GPUs, or CPU processes) the processes take the chunks in turn and write
@@ -47,8 +49,7 @@ from hf_tlaser.backend.runtime import BACKENDS
 from hf_tlaser.bitext.texts import Texts
 from hf_tlaser.commands import print_summary, run_command
 from hf_tlaser.data.batching import pack_chunk
-from hf_tlaser.data.lengths import token_counts
-from hf_tlaser.encoders import VECTORS_PREFIX, Encoder, HfTlaserEncoder, load, vector_width
+from hf_tlaser.encoders import VECTORS_PREFIX, Encoder, load, vector_width
 from hf_tlaser.encoding import DOCUMENT_MODES, DOCUMENT_WORDS, embed_documents
 from hf_tlaser.errors import UsageError
 from hf_tlaser.guards import OutputLock, check_writable, lock_path, refuse_outputs_over_inputs, write_failed
@@ -95,20 +96,18 @@ def vectors_fingerprint(encoder: Encoder) -> str:
 def encode_batched(
     encoder: Encoder, texts: list[str], max_tokens: int, batch_size: int, progress=None
 ) -> tuple[torch.Tensor, np.ndarray]:
-    """float32 vectors of ``texts`` in input order, in length-sorted batches of at most ``max_tokens`` padded tokens
-    and ``batch_size`` rows; which texts were truncated (over the encoder's ``max_length``)."""
-    prompt = encoder.prompt or ""
-    lengths = np.asarray(token_counts([prompt + t for t in texts], encoder.tokenizer, add_special_tokens=True))
-    over = lengths > encoder.max_length
-    lengths = np.minimum(lengths, encoder.max_length)
-    ones = np.ones(len(texts), dtype=np.int64)
-    batches = pack_chunk(np.arange(len(texts)), lengths, lengths, ones, ones, max_tokens, batch_size)
-    out = np.empty((len(texts), encoder.dim), dtype=np.float32)
-    for batch in batches:
-        out[batch] = encoder.encode([texts[i] for i in batch], batch_size=len(batch))
+    """float32 vectors of ``texts`` in input order and which texts were truncated (over the encoder's
+    ``max_length``): every text tokenized once, the ids packed by length into batches of at most ``max_tokens``
+    padded tokens and ``batch_size`` rows, each batch run through the model."""
+    rows, truncated = encoder.tokenize(texts)
+    lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+    ones = np.ones(len(rows), dtype=np.int64)
+    out = np.empty((len(rows), encoder.dim), dtype=np.float32)
+    for batch in pack_chunk(np.arange(len(rows)), lengths, lengths, ones, ones, max_tokens, batch_size):
+        out[batch] = encoder.embed_ids([rows[i] for i in batch])
         if progress is not None:
             progress.update(len(batch))
-    return torch.from_numpy(out), over
+    return torch.from_numpy(out), np.asarray(truncated, dtype=bool)
 
 
 def embed_lines(
@@ -141,8 +140,6 @@ def load_model(args: Job, device) -> Encoder:
     )
     if encoder.tokenizer is None:
         raise UsageError(f"--model {encoder.spec}: {encoder.kind} is not a model; give {MODEL_HELP}")
-    if isinstance(encoder, HfTlaserEncoder):
-        encoder.max_tokens = max(encoder.max_tokens, args.max_tokens)  # our batches are not cut again
     return encoder
 
 

@@ -33,9 +33,8 @@ from hf_tlaser.data.languages import normalize_language, parse_pairs
 from hf_tlaser.errors import UsageError
 from hf_tlaser.guards import refuse_outputs_over_inputs
 from hf_tlaser.model_folders import ADD_LANGUAGE_RECORD, model_folder, read_json
-from hf_tlaser.training.cli import build_parser, parse_namespace
+from hf_tlaser.training.cli import build_parser, parse_namespace, train
 from hf_tlaser.training.presets import BACKBONE_MEMBERS
-from hf_tlaser.training.resolve import train
 from hf_tlaser.training.run import read_record
 from hf_tlaser.training.spec import RunSpec
 

@@ -5,10 +5,12 @@ Single process: ``hf-tlaser train --model ctlaser --preset tiny --output-dir run
 -m hf_tlaser.training.cli --use-cpu ...`` (``--cpu --num_processes 2`` silently runs one process) or
 ``torchrun --standalone --nproc_per_node 2 -m hf_tlaser.training.cli --use-cpu ...``.
 
-This module turns the flags (and a ``--config`` file) into a ``RunSpec`` and runs it
-(``hf_tlaser.training.resolve.train``: its plan, then its family's training). A user mistake (argument, file, data,
-output-dir state) ends with one ``hf-tlaser train: error: ...`` line on stderr and exit code 2; the cheap checks run
-before any data is read.
+This module is the run read top to bottom: the flags (and a ``--config`` file) become a ``RunSpec`` (what the user
+asked), ``resolve`` makes its one frozen ``RunPlan`` (``hf_tlaser.training.resolve``: every default and check, then
+the checks of its family's training, before any corpus text is read) and ``train`` hands the plan to the module that
+trains the family (``TRAININGS``: its ``train(plan)`` builds from the plan and fits). The trainings import the plan's
+classes from ``resolve``, so their table is here, above them. A user mistake (argument, file, data, output-dir state)
+ends with one ``hf-tlaser train: error: ...`` line on stderr and exit code 2.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ import json
 import logging
 import os
 import sys
-from dataclasses import MISSING, Field, fields
+from dataclasses import MISSING, Field, fields, replace
 from pathlib import Path
+from types import ModuleType
 from typing import get_type_hints
 
 import torch
@@ -27,9 +30,11 @@ import yaml
 
 from hf_tlaser.commands import run_command
 from hf_tlaser.errors import UsageError
-from hf_tlaser.training.presets import MODELS
-from hf_tlaser.training.resolve import train
+from hf_tlaser.training import cnv, joint
+from hf_tlaser.training.presets import MEMBERS, MODELS
+from hf_tlaser.training.resolve import RunPlan, decide, plan_data
 from hf_tlaser.training.spec import RunSpec
+from hf_tlaser.training.trainer import LaserTrainer
 
 logger = logging.getLogger("hf_tlaser.train")
 
@@ -140,6 +145,32 @@ def parse_namespace(parser: argparse.ArgumentParser, argv: list[str] | None) -> 
 def parse_args(argv: list[str] | None) -> RunSpec:
     """The run of the command line: its flags over ``--config`` values over the defaults."""
     return RunSpec(**vars(parse_namespace(build_parser(), argv)))
+
+
+TRAININGS: dict[str, ModuleType] = {"tlaser": joint, "laser": joint, "cnv": cnv, "yu2018": joint, "ldt": joint}
+"""``model_type`` -> the module that trains the family: ``joint`` (one joint BPE over the curriculum languages: the
+members of ``presets.JOINT_BPE``) or cNV's ``cnv`` (its NMT pair first, then the shared layers over it)."""
+
+
+def training(model: str) -> ModuleType:
+    """The module that trains ``model`` (a ``--model``): its family's in ``TRAININGS``."""
+    return TRAININGS[MEMBERS[model].family.model_type]
+
+
+def resolve(spec: RunSpec) -> RunPlan:
+    """The run's plan: the flags its family takes (``RunSpec.check_families``), its defaults (``decide``), its data
+    plan (``plan_data``: corpora, pivots, pairs), then the checks and plan of its family's training (its
+    ``check(plan)``); UsageError (naming the flag) on a mistake, before any corpus text is read."""
+    spec.check_families()
+    plan = replace(decide(spec), data=plan_data(spec))
+    return training(spec.model).check(plan)
+
+
+def train(spec: RunSpec) -> LaserTrainer:
+    """Run one training job; returns the trainer (its ``args.output_dir`` holds the saved model). UsageError (before
+    reading any corpus where it can) on a mistake the user can fix; first on a flag the family does not take."""
+    plan = resolve(spec)
+    return training(spec.model).train(plan)
 
 
 def main(argv: list[str] | None = None) -> int:

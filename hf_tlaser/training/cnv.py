@@ -44,15 +44,14 @@ from hf_tlaser.training.nmt_pair import (
 )
 from hf_tlaser.training.presets import NMTPreset
 from hf_tlaser.training.resolve import RunPlan
+from hf_tlaser.training.resume import check_checkpoint, check_resume, check_resume_config
 from hf_tlaser.training.run import (
     RECORD,
     Run,
-    check_checkpoint,
     check_output_dir,
-    check_resume,
-    check_resume_config,
     read_record,
     recorded_outputs,
+    training_arguments,
 )
 from hf_tlaser.training.spec import RunSpec, config_overrides, flag_error
 from hf_tlaser.training.trainer import LaserTrainer
@@ -241,7 +240,7 @@ def train(plan: RunPlan) -> LaserTrainer:
     a, b = stage.pair
     folders = {direction: out / nmt_folder(*direction) for direction in ((a, b), (b, a))}
     done = (saved or {}).get("nmt", {})
-    run = Run.open(spec, preset, recipe, checkpoint)  # joins the process group
+    run = Run.open(plan)  # joins the process group
     run.record["nmt_preset"] = {
         "config": stage.nmt.config_kwargs,
         "steps": stage.nmt.steps,
@@ -316,7 +315,7 @@ def train_stage_1(run: Run, plan: CNVPlan, folders: dict[tuple[str, str], Path],
         if resume is not None:
             check_checkpoint(Path(resume))
             logger.info("stage 1: resuming %s from %s", folder.name, resume)
-        nmt_args = run.options.training_arguments(folder, plan.nmt.recipe, plan.nmt.steps)
+        nmt_args = training_arguments(spec, run.precision, folder, plan.nmt.recipe, plan.nmt.steps)
         result = train_nmt(dataset, tokenizer, direction, folder, plan.nmt, nmt_args, resume_from=resume)
         run.record["nmt"][folder.name] = {
             "finished": True,

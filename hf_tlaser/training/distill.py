@@ -24,7 +24,8 @@ from transformers import PretrainedConfig, PreTrainedTokenizerBase
 from hf_tlaser.data import Pair, ParallelExamples
 from hf_tlaser.encoders import VectorsEncoder
 from hf_tlaser.errors import UsageError
-from hf_tlaser.teachers import NO_CACHE, Teacher, TeacherCache, load_teacher
+from hf_tlaser.teachers.cache import NO_CACHE, TeacherCache
+from hf_tlaser.teachers.targets import Teacher, load_teacher
 from hf_tlaser.training.presets import TEACHER_HEAD_MEMBERS
 from hf_tlaser.training.resolve import Built, DataPlan, Plugin, RunPlan
 from hf_tlaser.training.spec import RunSpec

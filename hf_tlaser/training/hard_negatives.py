@@ -10,7 +10,7 @@ gets the same clusters), and the sampler orders each stream by cluster, then len
 loss and the distance constraint compare each pair with sentences that are about the same thing (the nearest
 non-translations; DPR's and ANCE's hard negatives, here as a batch composition: no extra sentence is encoded; but a
 cluster's rows differ in length, so under the same padded budget a micro-batch holds fewer pairs: 25 against 35 on
-the main job's recipe, docs/results.md). Pairs that share a sentence are never each other's negatives: the
+the main job's recipe, docs/history.md). Pairs that share a sentence are never each other's negatives: the
 collator gives them one group (``data.collator.merge_shared_texts``).
 """
 

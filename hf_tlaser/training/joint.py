@@ -50,12 +50,10 @@ from hf_tlaser.training.full_vocabulary import save_full_vocabulary
 from hf_tlaser.training.hard_negatives import HardNegatives
 from hf_tlaser.training.presets import Preset, Recipe
 from hf_tlaser.training.resolve import Built, DataPlan, Plugin, RunPlan
+from hf_tlaser.training.resume import check_checkpoint, check_resume, check_resume_config
 from hf_tlaser.training.run import (
     Run,
-    check_checkpoint,
     check_output_dir,
-    check_resume,
-    check_resume_config,
     plan_batches,
     rank_batching,
 )
@@ -219,7 +217,7 @@ def plan_stream(
     checkpoint: Path | None,
 ) -> StreamingPairBatches:
     """``--streaming``: this rank's stream of micro-batches (``buffer_size``: ``--shuffle-buffer``; continued from
-    ``checkpoint``'s stream state), after setting the accumulation as ``plan_batches`` does."""
+    ``checkpoint``'s stream state)."""
     options = rank_batching(recipe, training_args)
     streams = [item for source in plan.sources for item in stream_source(source, recipe.max_lines)]
     cleaning = CleaningConfig(max_tokens=recipe.max_sentence_tokens - 2)
@@ -261,7 +259,7 @@ they decide the plan that the teacher's vectors follow)."""
 def check(plan: RunPlan) -> RunPlan:
     """The checks of a joint-BPE family's run, before any corpus text is read, and the plan they complete
     (``RunPlan``: checkpoint, config values, tokenizer, plug-ins); UsageError on a mistake. ``plan`` holds the run's
-    defaults and data plan (``resolve.resolve``: flags the family does not take were refused there). The config
+    defaults and data plan (``cli.resolve``: flags the family does not take were refused there). The config
     built here is a check (of the values, the teacher's width, a resumed run's config); the model's is built once the
     data is read."""
     spec, preset, recipe = plan.spec, plan.preset, plan.recipe
@@ -337,7 +335,7 @@ def train(plan: RunPlan) -> LaserTrainer:
     """Run the planned job of a joint-BPE family (``check``'s plan): read the data, build the model and its collator,
     fit; returns the trainer (its ``args.output_dir`` holds the saved model)."""
     spec, preset, recipe, checkpoint, data = plan.spec, plan.preset, plan.recipe, plan.checkpoint, plan.data
-    run = Run.open(spec, preset, recipe, checkpoint)
+    run = Run.open(plan)
     logger.info(
         "languages %s; pivots %s; %d curriculum pairs: %s",
         data.languages,
@@ -354,7 +352,6 @@ def train(plan: RunPlan) -> LaserTrainer:
     if spec.streaming:
         dataset = plan_stream(data, tokenizer, recipe, run.training_args, spec.shuffle_buffer, checkpoint)
         sampler, groups = None, "streamed"
-        run.training_args.ignore_data_skip = True  # the stream state continues the data, not a replay
     else:
         dataset, sampler = plan_corpus(data, tokenizer, recipe, run.training_args, spec.data_dir)
         groups = f"{len(dataset)} groups"
@@ -409,8 +406,6 @@ def train(plan: RunPlan) -> LaserTrainer:
         sampler,
         callbacks=callbacks,
         tokenizer=tokenizer,
-        freeze_encoder_steps=plan.freeze_encoder_steps,
-        encoder_lr=plan.encoder_lr,
         **options,
     )
     warm = [plugin for plugin in plan.plugins if isinstance(plugin, WarmStart)]

@@ -45,7 +45,8 @@ from hf_tlaser.data.collator import IGNORE_INDEX, Seq2SeqCollator
 from hf_tlaser.errors import UsageError
 from hf_tlaser.tokenization import save_tokenizer, train_tokenizer
 from hf_tlaser.training.presets import NMTPreset, Recipe, get_preset
-from hf_tlaser.training.run import RunOptions, plan_batches
+from hf_tlaser.training.run import plan_batches, training_arguments
+from hf_tlaser.training.spec import RunSpec
 from hf_tlaser.training.trainer import LaserTrainer
 
 logger = logging.getLogger("hf_tlaser.train")
@@ -314,11 +315,13 @@ def train_nmt_pair(
     a, b = pair
     tokenizer = train_marian_bpe(pair, corpora, data_dir, recipe.vocab_size, recipe.max_lines)
     dataset = load_pair_corpora(pair, tokenizer, recipe, corpora, data_dir)
-    run = RunOptions(use_cpu=use_cpu, seed=seed, logging_steps=logging_steps, save_steps=10**9)
+    spec = RunSpec(
+        output_dir=str(output_dir), use_cpu=use_cpu, seed=seed, logging_steps=logging_steps, save_steps=10**9
+    )
     folders = []
     for direction in ((a, b), (b, a)):
         folder = Path(output_dir) / nmt_folder(*direction)
-        args = run.training_arguments(folder, nmt.recipe, nmt.steps)
+        args = training_arguments(spec, None, folder, nmt.recipe, nmt.steps)
         folders.append(train_nmt(dataset, tokenizer, direction, folder, nmt, args).folder)
     return folders[0], folders[1]
 

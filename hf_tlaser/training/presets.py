@@ -1,8 +1,8 @@
 """The presets of every ``--model`` at every size (``paper``: Table 1 sizes and the fairseq recipe; ``small``;
-``tiny``: a few CPU minutes), built from the family registry: each family declares its members, sizes, recipes and
-training module as plain data in its folder (``hf_tlaser/models/<folder>/family.py``, ``Presets``), and here they become
-``Preset``s (config class and kwargs, trained class, ``Recipe``; cNV's NMT pair, ``NMTPreset``). Also the warm-start
-recipe (``--init-from``) and the members of each capability."""
+``tiny``: a few CPU minutes): each family's members, sizes, recipes and NMT pair as plain data (``Presets``, by
+``model_type`` in ``PRESETS``), with the comments that give the measured reasons for the values, which become
+``Preset``s (the classes of the family registry, ``hf_tlaser.models.registry``; config kwargs, ``Recipe``; cNV's NMT
+pair, ``NMTPreset``). Also the warm-start recipe (``--init-from``) and the members of each capability."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ from dataclasses import dataclass, field
 
 from transformers import PretrainedConfig
 
-from hf_tlaser.models.family import JOINT_TRAINING, Family
-from hf_tlaser.models.registry import FAMILIES
+from hf_tlaser.models.registry import FAMILIES, Family
 
 SIZES = ("paper", "small", "tiny")
 
@@ -100,6 +99,212 @@ class Preset:
         return self.config_class(**{**self.config_kwargs, "vocab_size": vocab_size, **overrides})
 
 
+@dataclass(frozen=True)
+class Presets:
+    """How a family is trained, as plain data (``Member.preset`` builds its ``Preset`` per size).
+
+    Attributes:
+        members: ``--model`` name -> the config values that make it this member (cT-LASER's distance constraint,
+            LASER's depth), in ``--model`` order.
+        sizes: size (``paper``, ``small``, ``tiny``) -> config kwargs.
+        recipes: size -> ``Recipe`` fields (those not given keep its defaults: the paper's fairseq recipe).
+        nmt: cNV's NMT pair per size (None: none): ``config_kwargs`` (``MarianConfig``), ``recipe`` (as ``recipes``)
+            and ``steps`` (the updates of each direction). A family with an NMT pair trains over the pair's own
+            tokenizers; the others on one joint BPE (``JOINT_BPE``).
+    """
+
+    members: dict[str, dict]
+    sizes: dict[str, dict]
+    recipes: dict[str, dict]
+    nmt: dict[str, dict] | None = None
+
+
+# ---------------------------------------------------------------------------- the families' presets, as plain data
+
+# distance-constraint settings of the c* members (the T-LASER / LASER configs default to beta=0.25, lambda=beta/2)
+PLAIN = dict(distance_beta=0.0)
+CONSTRAINED = dict(distance_beta=0.25)
+FAIRSEQ_RECIPES: dict[str, dict] = {
+    "paper": {},
+    "small": dict(vocab_size=32000, max_tokens=4000, update_tokens=32000, learning_rate=7e-4, warmup_updates=2000),
+    "tiny": dict(
+        vocab_size=8000,
+        max_tokens=4000,  # one micro-batch per update: ~180 pairs, the in-batch negatives of the alignment loss
+        update_tokens=4000,
+        learning_rate=2e-3,
+        warmup_updates=100,
+        max_sentence_tokens=40,
+        max_grad_norm=1.0,
+        max_lines=60000,
+    ),
+}
+"""The recipes of T-LASER and LASER (``paper``: the paper's fairseq recipe, ``Recipe``'s defaults), which Yu 2018's
+recipes and LDT's tiny one start from."""
+
+# T-LASER / cT-LASER (Li & Mak 2020)
+TLASER_SIZES = {
+    "paper": {},
+    "small": dict(
+        hidden_size=512,
+        num_hidden_layers=6,
+        num_attention_heads=8,
+        intermediate_size=2048,
+        decoder_attention_heads=8,
+        decoder_ffn_dim=2048,
+        dropout=0.1,
+        init_style="fairseq",  # at d=512 N(0, 0.02) is 2.2x below xavier scale
+    ),
+    # measured on 2 CPU cores (docs/learning_curves.md): as wide as a few minutes allow; fairseq's scale-aware init
+    # (N(0, 0.02) left the position-0 vectors collapsed); the alignment loss is on because translation alone left
+    # the sentence vectors collapsed (mean cosine ~0.97) at this budget; no dropout: these runs stay below one epoch
+    # (0.69 after the main job's 800 updates), and dropout 0.1 cost 6.5 NTREX points and 3.6 SIB-200 cross points
+    # at 100k pairs seen (and ~10 % of the update time)
+    "tiny": dict(
+        init_style="fairseq",
+        hidden_size=192,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        intermediate_size=768,
+        decoder_attention_heads=4,
+        decoder_ffn_dim=768,
+        dropout=0.0,
+        align_loss_weight=1.0,
+    ),
+}
+
+# LASER-n / cLASER-n (Artetxe & Schwenk 2019), the T-LASER paper's baseline, on T-LASER's recipes
+LASER_SIZES = {
+    "paper": {},
+    "small": dict(embed_dim=256, lstm_hidden_size=256, decoder_hidden_size=1024, dropout=0.1),
+    "tiny": dict(embed_dim=128, lstm_hidden_size=96, decoder_hidden_size=384, dropout=0.1, align_loss_weight=1.0),
+}
+
+# cNV (Li & Mak, sec. 3): the shared layers (d_h 1024, r 4, N_s 20, beta 0.5, alpha 2 sqrt(d_h) = the config
+# default) trained with Adam on batches of 80 sentence pairs (of at most 50 tokens) for 5 epochs over the frozen
+# NMT pair; the NMT models: vocabulary 85,000, word embeddings 500, hidden size 1024, batches of 80, Adam. Their
+# NMT models are attention RNNs; here they are Marian transformers, whose word embedding width is d_model (500,
+# 10 heads of 50) and whose hidden layers are the 1024-wide feed-forward layers.
+CNV_SIZES = {
+    "paper": {},
+    "small": dict(shared_hidden_size=512),
+    "tiny": dict(shared_hidden_size=256, num_negatives=10),
+}
+
+
+def _marian(d_model: int, heads: int, ffn: int, layers: int) -> dict:
+    """``MarianConfig`` kwargs of an NMT model: ``layers`` encoder and decoder layers of width ``d_model``."""
+    return dict(
+        d_model=d_model,
+        encoder_attention_heads=heads,
+        decoder_attention_heads=heads,
+        encoder_ffn_dim=ffn,
+        decoder_ffn_dim=ffn,
+        encoder_layers=layers,
+        decoder_layers=layers,
+        dropout=0.1,
+    )
+
+
+_CNV_NMT_RECIPE = dict(weight_decay=0.0, max_grad_norm=1.0)
+CNV_NMT = {
+    "paper": dict(
+        config_kwargs=_marian(500, 10, 1024, 6),
+        recipe=dict(max_tokens=4000, update_tokens=4000, max_sentences=80, warmup_updates=4000, **_CNV_NMT_RECIPE),
+        steps=100_000,
+    ),
+    "small": dict(
+        config_kwargs=_marian(256, 4, 1024, 4),
+        recipe=dict(max_tokens=4000, update_tokens=8000, learning_rate=1e-3, warmup_updates=1000, **_CNV_NMT_RECIPE),
+        steps=10_000,
+    ),
+    # measured on 2 CPU cores (docs/training.md): ~0.9 s per update, cross entropy 9.3 -> 5.7 in 200 updates
+    "tiny": dict(
+        config_kwargs=_marian(256, 4, 1024, 3),
+        recipe=dict(max_tokens=2000, update_tokens=2000, learning_rate=1e-3, warmup_updates=100, **_CNV_NMT_RECIPE),
+        steps=200,
+    ),
+}
+# stage 2: plain Adam (the paper's optimiser) on batches of at most 80 sentence pairs
+_CNV_ADAM = dict(max_sentences=80, learning_rate=1e-3, adam_betas=(0.9, 0.999), weight_decay=0.0, max_grad_norm=1.0)
+CNV_RECIPES = {
+    "paper": dict(
+        vocab_size=85000, max_tokens=4000, update_tokens=4000, warmup_updates=1000, max_sentence_tokens=50, **_CNV_ADAM
+    ),
+    "small": dict(
+        vocab_size=32000, max_tokens=4000, update_tokens=4000, warmup_updates=500, max_sentence_tokens=50, **_CNV_ADAM
+    ),
+    "tiny": dict(
+        vocab_size=8000,
+        max_tokens=2000,
+        update_tokens=2000,
+        warmup_updates=50,
+        max_sentence_tokens=40,
+        max_lines=60000,
+        **_CNV_ADAM,
+    ),
+}
+
+# Yu 2018 (sec. 2): paper = its sizes (85k vocabulary, BiLSTM 512 + LSTM 1024, decoder 1024) and gradient clipping
+# at 5; tiny is as wide as LASER's tiny (192-dim sentence vectors, 128-dim embeddings, decoder 384); alpha: see
+# Yu2018Config.similarity_weight
+YU2018_SIZES = {
+    "paper": {},
+    "small": dict(embed_dim=256, encoder_hidden_size=256, hidden_size=512, decoder_hidden_size=1024),
+    "tiny": dict(
+        embed_dim=128, encoder_hidden_size=96, hidden_size=192, decoder_hidden_size=384, self_attention_dim=64
+    ),
+}
+YU2018_RECIPES = {  # gradient clipping at max norm 5 (sec. 2); the paper's 85k vocabulary
+    "paper": {**FAIRSEQ_RECIPES["paper"], "vocab_size": 85000, "max_grad_norm": 5.0},
+    "small": {**FAIRSEQ_RECIPES["small"], "max_grad_norm": 5.0},
+    "tiny": {**FAIRSEQ_RECIPES["tiny"], "max_grad_norm": 5.0},
+}
+
+# LDT (Mao et al. 2021, sec. 4.1): batches of 128 pairs (max_sentences; max_tokens = 128 x the longest sentence
+# never binds first), Adam at 1e-3 with betas (0.9, 0.999) and the authors' weight decay 1e-5, dropout 0.1 (config
+# default). The authors warm up with pytorch_warmup's untuned linear warm-up (2 / (1 - beta2) = 2000 updates), hold
+# the rate and divide it by 10 after 3 epochs: lr_schedule "step" (docs/training.md, "LDT: the learning-rate
+# schedule"). tiny has cT-LASER tiny's data and token budget (8k BPE, <= 40 tokens, 4000 target tokens per update,
+# one micro-batch, ~180 pairs: the in-batch negatives) on a d=256 encoder, the compute-lite member; small sits
+# between.
+LDT_SIZES = {
+    "paper": {},
+    "small": dict(hidden_size=384, num_attention_heads=6, intermediate_size=768),
+    "tiny": dict(hidden_size=256, num_attention_heads=4, intermediate_size=512),
+}
+_LDT_ADAM = dict(learning_rate=1e-3, adam_betas=(0.9, 0.999), weight_decay=1e-5, lr_schedule="step", lr_step_epochs=3.0)
+LDT_RECIPES = {
+    "paper": dict(max_tokens=32000, update_tokens=32000, max_sentences=128, warmup_updates=2000, **_LDT_ADAM),
+    "small": dict(
+        vocab_size=32000,
+        max_tokens=8000,
+        update_tokens=8000,
+        max_sentences=128,
+        warmup_updates=1000,
+        max_grad_norm=1.0,
+        **_LDT_ADAM,
+    ),
+    "tiny": {**FAIRSEQ_RECIPES["tiny"], **_LDT_ADAM},
+}
+
+PRESETS: dict[str, Presets] = {
+    "tlaser": Presets({"tlaser": PLAIN, "ctlaser": CONSTRAINED}, TLASER_SIZES, FAIRSEQ_RECIPES),
+    "laser": Presets(
+        {
+            "laser1": {"num_layers": 1, **PLAIN},
+            "laser6": {"num_layers": 6, **PLAIN},
+            "claser6": {"num_layers": 6, **CONSTRAINED},
+        },
+        LASER_SIZES,
+        FAIRSEQ_RECIPES,
+    ),
+    "cnv": Presets({"cnv": {}}, CNV_SIZES, CNV_RECIPES, nmt=CNV_NMT),
+    "yu2018": Presets({"yu2018": {}}, YU2018_SIZES, YU2018_RECIPES),
+    "ldt": Presets({"ldt": {}}, LDT_SIZES, LDT_RECIPES),
+}
+"""``model_type`` -> its family's presets."""
+
+
 # --init-from (docs/training.md, "Warm start"): a 12-layer pretrained encoder costs ~20x a tiny one per pair on a CPU,
 # so one micro-batch of ~1,000 target tokens (~25-35 pairs, the in-batch negatives) per update; sentences of up to 64
 # backbone pieces (news sentences need more pieces than the joint BPE's 40); the decoder, new, at 1e-3 after a short
@@ -112,17 +317,21 @@ WARM_FREEZE_UPDATES = 0
 
 @dataclass(frozen=True)
 class Member:
-    """A ``--model``: its family (``hf_tlaser.models.registry``; its ``presets`` hold the member's sizes, recipes and
-    training module) and the config values that make it this member (``variant``: cT-LASER's distance constraint,
-    LASER's depth)."""
+    """A ``--model``: its family (``hf_tlaser.models.registry``) and the config values that make it this member
+    (``variant``: cT-LASER's distance constraint, LASER's depth)."""
 
     name: str
     family: Family
     variant: dict
 
+    @property
+    def presets(self) -> Presets:
+        """Its family's sizes, recipes and NMT pair (``PRESETS``)."""
+        return PRESETS[self.family.model_type]
+
     def preset(self, size: str) -> Preset:
         """This member at ``size`` (fresh copies: a caller may change them)."""
-        family, presets = self.family, self.family.presets
+        family, presets = self.family, self.presets
         nmt = None
         if presets.nmt is not None:
             values = presets.nmt[size]
@@ -135,7 +344,7 @@ class Member:
 MEMBERS: dict[str, Member] = {
     name: Member(name, family, variant)
     for family in FAMILIES.values()
-    for name, variant in family.presets.members.items()
+    for name, variant in PRESETS[family.model_type].members.items()
 }
 """``--model`` -> its member: every family's members (``Presets.members``), in the registry's order."""
 MODELS = tuple(MEMBERS)
@@ -146,9 +355,9 @@ def members(capability: str) -> tuple[str, ...]:
     return tuple(name for name, member in MEMBERS.items() if getattr(member.family, capability))
 
 
-JOINT_BPE = tuple(name for name, member in MEMBERS.items() if member.family.presets.training == JOINT_TRAINING)
-"""The families trained on one joint BPE (``hf_tlaser.training.joint``); cnv trains over its NMT pair's own
-tokenizers."""
+JOINT_BPE = tuple(name for name, member in MEMBERS.items() if member.presets.nmt is None)
+"""The families trained on one joint BPE (``hf_tlaser.training.joint``); cnv, whose presets have an NMT pair, trains
+over the pair's own tokenizers (``hf_tlaser.training.cnv``)."""
 DECODER_VOCAB_MEMBERS = members("decoder_vocab")
 """The families whose translation decoder can be restricted to the pieces of the training targets
 (``--decoder-vocab``)."""

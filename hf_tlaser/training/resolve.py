@@ -1,10 +1,10 @@
-"""``resolve(spec)``: one frozen ``RunPlan`` per run. First every default decided in one place (``decide``, which
-reads no file), warm start's included (``--init-from``: the ``WARM_RECIPE`` over the preset's recipe, the backbone's
-pooling, the restricted decoder vocabulary, the encoder's learning rate and frozen updates), with the range checks
-of the numbers; then the family's training, which its ``Family`` names (``Presets.training``: a module with
-``check(plan) -> RunPlan`` and ``train(plan) -> LaserTrainer``), checks the run and completes the plan (checkpoint,
-data, config values, tokenizer, plug-ins) before any corpus text is read. The trainers read the plan, never
-``spec.x or default``; ``train(spec)`` is the whole run.
+"""One frozen ``RunPlan`` per run, which ``hf_tlaser.training.cli.resolve(spec)`` makes. First every default
+decided in one place (``decide``, which reads no file), warm start's included (``--init-from``: the ``WARM_RECIPE``
+over the preset's recipe, the backbone's pooling, the restricted decoder vocabulary, the encoder's learning rate and
+frozen updates), with the range checks of the numbers; then the family's training (``cli.TRAININGS``: a module
+with ``check(plan) -> RunPlan`` and ``train(plan) -> LaserTrainer``) checks the run and completes the plan
+(checkpoint, data, config values, tokenizer, plug-ins) before any corpus text is read. The trainers read the plan,
+never ``spec.x or default``; ``cli.train(spec)`` is the whole run.
 
 ``Plugin``: a run-wide addition of the joint-BPE path (the warm start, ``training/warm.py``; the teacher,
 ``training/distill.py``; hard negatives, ``training/hard_negatives.py``): what it adds to the plan, and the two
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from importlib import import_module
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -37,7 +36,6 @@ from hf_tlaser.errors import UsageError
 from hf_tlaser.training.presets import (
     BACKBONE_MEMBERS,
     DECODER_VOCAB_MEMBERS,
-    MEMBERS,
     WARM_ENCODER_LR,
     WARM_FREEZE_UPDATES,
     WARM_RECIPE,
@@ -46,7 +44,6 @@ from hf_tlaser.training.presets import (
     get_preset,
 )
 from hf_tlaser.training.spec import CHOICES, RECIPE_FLAGS, RunSpec, flag_error
-from hf_tlaser.training.trainer import LaserTrainer
 
 POSITIVE = (
     "learning_rate",
@@ -128,14 +125,15 @@ def plan_data(spec: RunSpec) -> DataPlan:
 
 @dataclass(frozen=True)
 class RunPlan:
-    """One run, planned: every default decided and every check made before training starts. ``resolve`` fills it in
-    two steps: the defaults (``decide``, no file read: the preset, the recipe (flags over the warm recipe over the
-    preset's), whether the encoder starts from ``--init-from`` (``warm``), the pooling flag (None: the preset's), the
-    decoder's vocabulary, the frozen updates and the encoder's peak learning rate (None: the recipe's)), then the
-    family's training (``Presets.training``) checks the run and adds the rest: the checkpoint it continues, the data
-    plan, the model config values (``--set``, the plug-ins', the language table; the tokenizer's follow when the
-    model is built), the tokenizer and its name in messages (None: a joint BPE is trained), the plug-ins, and what
-    only that training reads (``extra``: cNV's NMT pair). The families' trainers build from it and call fit."""
+    """One run, planned: every default decided and every check made before training starts. ``cli.resolve``
+    fills it in two steps: the defaults (``decide``, no file read: the preset, the recipe (flags over the warm recipe
+    over the preset's), whether the encoder starts from ``--init-from`` (``warm``), the pooling flag (None: the
+    preset's), the decoder's vocabulary, the frozen updates and the encoder's peak learning rate (None: the
+    recipe's)), then the family's training (``cli.TRAININGS``) checks the run and adds the rest: the checkpoint
+    it continues, the data plan, the model config values (``--set``, the plug-ins', the language table; the
+    tokenizer's follow when the model is built), the tokenizer and its name in messages (None: a joint BPE is
+    trained), the plug-ins, and what only that training reads (``extra``: cNV's NMT pair). The families' trainers
+    build from it and call fit."""
 
     spec: RunSpec
     preset: Preset
@@ -145,7 +143,6 @@ class RunPlan:
     decoder_vocab: str
     freeze_encoder_steps: int
     encoder_lr: float | None
-    training: str
     checkpoint: Path | None = None
     data: DataPlan | None = None
     config: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
@@ -153,23 +150,6 @@ class RunPlan:
     tokenizer_source: str = ""
     plugins: tuple[Plugin, ...] = ()
     extra: Any = None
-
-
-def resolve(spec: RunSpec) -> RunPlan:
-    """The run's plan: the flags its family takes (``RunSpec.check_families``), its defaults (``decide``), its data
-    plan (``plan_data``: corpora, pivots, pairs), then the checks and plan of its family's training (a module that
-    ``Presets.training`` names: its ``check(plan)``); UsageError (naming the flag) on a mistake, before any corpus
-    text is read."""
-    spec.check_families()
-    plan = replace(decide(spec), data=plan_data(spec))
-    return import_module(plan.training).check(plan)
-
-
-def train(spec: RunSpec) -> LaserTrainer:
-    """Run one training job; returns the trainer (its ``args.output_dir`` holds the saved model). UsageError (before
-    reading any corpus where it can) on a mistake the user can fix; first on a flag the family does not take."""
-    plan = resolve(spec)
-    return import_module(plan.training).train(plan)
 
 
 def decide(spec: RunSpec) -> RunPlan:
@@ -213,7 +193,6 @@ def decide(spec: RunSpec) -> RunPlan:
         if spec.freeze_encoder_steps is None
         else spec.freeze_encoder_steps,
         encoder_lr=spec.encoder_lr if spec.encoder_lr is not None else (WARM_ENCODER_LR if warm else None),
-        training=MEMBERS[spec.model].family.presets.training,
     )
 
 

@@ -1,5 +1,5 @@
 """``RunSpec``: one training run as a typed object, what ``hf-tlaser train`` turns its flags into and what every
-family's training reads (``hf_tlaser.training.resolve.train``) once ``resolve`` has decided its defaults; its
+family's training reads (``hf_tlaser.training.cli.train``) once ``resolve`` has decided its defaults; its
 ``--set`` values.
 Each field declares the families (``--model``) that take its flag (``flag``: the field metadata the parser's help
 reads too); ``RunSpec.check_families`` refuses a flag that the run's family does not take.
@@ -21,9 +21,9 @@ import yaml
 from transformers import PretrainedConfig
 
 from hf_tlaser.data import COMPOSITIONS, DEFAULT_PAIRS, DEFAULT_PIVOTS, DEFAULT_TRAIN_CORPORA, REGISTRY, SPEC_HELP
+from hf_tlaser.encoders import SPEC_HELP as TEACHER_SPEC_HELP
 from hf_tlaser.errors import UsageError
 from hf_tlaser.hardware import PRECISIONS
-from hf_tlaser.teachers import SPEC_HELP as TEACHER_SPEC_HELP
 from hf_tlaser.training.presets import (
     BACKBONE_MEMBERS,
     DECODER_VOCAB_MEMBERS,

@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, Sampler
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from hf_tlaser.losses import NegativeMemory, distill_loss
+from hf_tlaser.models.common.losses import NegativeMemory, distill_loss
 
 logger = logging.getLogger(__name__)
 
@@ -178,7 +178,7 @@ class NegativeMemoryCallback(TrainerCallback):
     checkpoint the Trainer just saved, and put it back into the model when the run resumes from ``checkpoint``, so
     that the resumed run's negatives are the uninterrupted run's (a checkpoint without the file: a warning, and the
     memory fills again). The file is written whole or not at all (a sibling, then renamed); a damaged one is refused
-    before the run starts (``run.check_checkpoint``)."""
+    before the run starts (``resume.check_checkpoint``)."""
 
     def __init__(self, checkpoint: Path | None) -> None:
         self.checkpoint = checkpoint

@@ -39,10 +39,10 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_N
 
 from hf_tlaser.errors import UsageError
 from hf_tlaser.model_folders import EVAL_PROMPTS, choose_prompt, model_folder
-from hf_tlaser.models.common.pooling import (
+from hf_tlaser.models.common.pooling import describe_modules
+from hf_tlaser.models.common.st_folder import (
     CarriedModules,
     FolderFormatError,
-    describe_modules,
     read_json,
     read_sentence_transformers_folder,
     saved_head_weights,
@@ -169,7 +169,7 @@ def member_backbone(spec: str, folder: Path, identity: str, saved: dict, where: 
 
 
 def sentence_transformers_parts(folder: Path, where: str) -> tuple[Path, str | None, dict, str | None, CarriedModules]:
-    """:func:`~hf_tlaser.models.common.pooling.read_sentence_transformers_folder`; its FolderFormatError as a
+    """:func:`~hf_tlaser.models.common.st_folder.read_sentence_transformers_folder`; its FolderFormatError as a
     UsageError naming ``where``."""
     try:
         return read_sentence_transformers_folder(folder)

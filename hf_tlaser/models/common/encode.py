@@ -1,9 +1,12 @@
 """``encode`` of every hf_tlaser model (token-budget batches, longest first), the warning for a prompt passed twice,
-and the batch of both sides of translation pairs that one encoder call reads."""
+and the batch of both sides of translation pairs that one encoder call reads; beneath it, what every batcher of
+token ids shares (``hf-tlaser embed``'s too): one tokenizer call that reports what it cut (``tokenize``), the padded
+batch (``pad_ids``) and the inference mode a forward runs in (``inference``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -46,6 +49,55 @@ def stack_padded(*parts: tuple[torch.Tensor, torch.Tensor | None], pad_id: int) 
     return ids, mask
 
 
+def tokenize(
+    tokenizer, texts: list[str], max_length: int | None, truncation: bool = True
+) -> tuple[list[list[int]], list[bool]]:
+    """The token ids of every text as the model reads them (special tokens and a prompt the tokenizer adds included),
+    cut to ``max_length`` tokens with ``truncation`` (None: not cut), in one tokenizer call; and which texts were cut.
+
+    A fast tokenizer keeps what it cut of each text (its encoding's ``overflowing``); with another, only a text of
+    exactly ``max_length`` tokens may have been cut, and those texts alone are counted again whole."""
+    if not texts:  # tokenizers fail on an empty batch
+        return [], []
+    truncation = truncation and max_length is not None
+    batch = tokenizer(texts, truncation=truncation, max_length=max_length)
+    ids = batch["input_ids"]
+    if not truncation:
+        return ids, [False] * len(ids)
+    if batch.encodings is not None:
+        return ids, [bool(encoding.overflowing) for encoding in batch.encodings]
+    full = [i for i, row in enumerate(ids) if len(row) == max_length]
+    whole = tokenizer([texts[i] for i in full])["input_ids"] if full else []
+    over = {i for i, row in zip(full, whole) if len(row) > max_length}
+    return ids, [i in over for i in range(len(ids))]
+
+
+def pad_ids(rows: Sequence[Sequence[int]], pad_id: int, side: str = "right") -> torch.Tensor:
+    """Token id rows as one LongTensor [len(rows), longest], padded with ``pad_id`` on ``side``."""
+    width = max(len(row) for row in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    for i, row in enumerate(rows):
+        start = 0 if side == "right" else width - len(row)
+        ids[i, start : start + len(row)] = torch.tensor(row, dtype=torch.long)
+    return ids
+
+
+@contextlib.contextmanager
+def inference(model: torch.nn.Module, autocast_dtype: torch.dtype | None) -> Iterator[None]:
+    """``model`` in eval mode (its mode restored after), without autograd, under autocast to ``autocast_dtype`` on its
+    device (None: off)."""
+    was_training = model.training
+    model.eval()
+    try:
+        with (
+            torch.inference_mode(),
+            torch.autocast(model.device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None),
+        ):
+            yield
+    finally:
+        model.train(was_training)
+
+
 def encode_texts(
     model: torch.nn.Module,
     pooled: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
@@ -74,7 +126,7 @@ def encode_texts(
     """
     single = isinstance(texts, str)
     texts = [texts] if single else list(texts)
-    encoded = tokenizer(texts, truncation=truncation, max_length=max_length or limit)["input_ids"] if texts else []
+    encoded, _ = tokenize(tokenizer, texts, max_length or limit, truncation)
     too_long = [i for i, ids in enumerate(encoded) if len(ids) > limit]
     if too_long:
         raise ValueError(
@@ -92,23 +144,15 @@ def encode_texts(
         width = new_width
     if current:
         batches.append(current)
-    device = model.device
     pad_id = tokenizer.pad_token_id
     out = torch.empty(len(encoded), dim, dtype=torch.float32)
-    was_training = model.training
-    model.eval()
     progress = logging.tqdm(
         batches, desc="encode", unit="batch", disable=not (len(batches) > 4 if show_progress is None else show_progress)
     )
-    with torch.inference_mode():
+    with inference(model, autocast_dtype):
         for batch in progress:
-            ids = torch.full((len(batch), max(len(encoded[i]) for i in batch)), pad_id, dtype=torch.long)
-            for row, i in enumerate(batch):
-                ids[row, : len(encoded[i])] = torch.tensor(encoded[i])
-            ids = ids.to(device)
-            with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
-                out[torch.tensor(batch)] = pooled(ids, ids.ne(pad_id).long()).float().cpu()
-    model.train(was_training)
+            ids = pad_ids([encoded[i] for i in batch], pad_id).to(model.device)
+            out[torch.tensor(batch)] = pooled(ids, ids.ne(pad_id).long()).float().cpu()
     if normalize:
         out = F.normalize(out, dim=-1)
     if single:
@@ -126,6 +170,11 @@ class SentenceEncoderMixin:
 
     frozen: bool = False
     prompt_warned: bool = False
+
+    def sentence_vectors(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """The sentence vectors [B, d] of a right-padded batch (the last encoder layer computes the pooled position
+        only)."""
+        return self(input_ids=input_ids, attention_mask=attention_mask, pooled_only=True).pooler_output
 
     def encode(
         self,
@@ -149,13 +198,9 @@ class SentenceEncoderMixin:
         (at most ``batch_size`` rows); the last encoder layer only computes the pooled position. An empty string
         embeds ``STR_TAG </s>``. Inputs longer than ``max_position_embeddings`` raise unless ``truncation=True``.
         """
-
-        def pooled(ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-            return self(input_ids=ids, attention_mask=mask, pooled_only=True).pooler_output
-
         return encode_texts(
             self,
-            pooled,
+            self.sentence_vectors,
             tokenizer,
             texts,
             limit=self.config.max_position_embeddings,

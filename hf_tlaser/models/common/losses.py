@@ -1,6 +1,6 @@
 """The sentence-vector losses every family may train with: the cT-LASER distance constraint (Li & Mak 2020,
 eq. 7-10) with its in-batch negatives, the in-batch alignment loss, the translation cross entropy, and the collapse
-signals logged next to them. Public home: :mod:`hf_tlaser.losses`."""
+signals logged next to them."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from .encode import SentenceEncoderMixin
-from .pooling import add_sentence_transformers_files
+from .st_folder import add_sentence_transformers_files
 
 RELATIVE_IMPORT = re.compile(r"^([ \t]*)from[ \t]+(\.+)((?:\w+\.)*)(\w+)[ \t]+import", re.MULTILINE)
 """A relative import: indent, the dots, the packages below them and the module."""
